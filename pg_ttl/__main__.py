@@ -1,0 +1,5 @@
+import sys
+
+from pg_ttl.cli import main
+
+sys.exit(main())

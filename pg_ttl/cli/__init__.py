@@ -1,0 +1,96 @@
+"""The ``pg-ttl`` command line. Each module here registers its own subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+
+import psycopg
+
+from pg_ttl import __version__
+from pg_ttl.cli.common import CliError, console_err
+from pg_ttl.localserver import LocalServerError
+
+# Modules that add subcommands; each defines register(subparsers).
+COMMAND_MODULES = [
+    "pg_ttl.cli.admin",
+    "pg_ttl.cli.read",
+    "pg_ttl.cli.demo",
+    "pg_ttl.cli.run",
+    "pg_ttl.cli.worker",
+    "pg_ttl.cli.ddl",
+]
+
+EPILOG = """\
+Connection: --dsn, else $PGTTL_DSN, else libpq's PG* variables (PGHOST, PGPORT,
+PGUSER, PGDATABASE, PGPASSWORD ...) and ~/.pgpass, as psql would.
+
+Quick start:
+  pg-ttl demo                                   # throwaway local server, no setup
+  pg-ttl install --dsn postgresql://app@db/prod
+  psql -c "SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at')"
+  pg-ttl list
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pg-ttl",
+        description="Time-to-live for PostgreSQL: rows, column values and partitions expire on their own.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"pg-ttl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        import_module(name).register(sub)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, psycopg.Error):
+        diag = exc.diag
+        msg = diag.message_primary or str(exc).strip().splitlines()[0]
+        if diag.message_hint:
+            msg += f" (hint: {diag.message_hint})"
+        return msg
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    # SQLAlchemy (under alembic) wraps driver errors; report the driver's.
+    orig = getattr(exc, "orig", None)
+    return orig if isinstance(orig, BaseException) else exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int | None] = args.func
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        console_err.print("pg-ttl: interrupted")
+        return 130
+    except (CliError, LocalServerError) as exc:
+        console_err.print(f"pg-ttl: {exc}", markup=False, highlight=False)
+        return exc.exit_code if isinstance(exc, CliError) else 1
+    except Exception as exc:
+        err = _unwrap(exc)
+        if isinstance(err, psycopg.OperationalError) and not isinstance(err, psycopg.errors.QueryCanceled):
+            console_err.print(f"pg-ttl: cannot connect to PostgreSQL: {_one_line(err)}", markup=False,
+                              highlight=False)
+            return 2
+        if isinstance(err, psycopg.errors.InsufficientPrivilege):
+            console_err.print(f"pg-ttl: permission denied: {_one_line(err)}", markup=False, highlight=False)
+            return 3
+        if isinstance(err, psycopg.Error):
+            console_err.print(f"pg-ttl: {_one_line(err)}", markup=False, highlight=False)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Shared pieces of the command line: connection options, consoles, errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import psycopg
+from rich.console import Console
+
+console = Console()
+console_err = Console(stderr=True)
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_dsn(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dsn",
+        default=None,
+        help="libpq connection string or URI (default: $PGTTL_DSN, else the PG* environment variables)",
+    )
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    dsn = args.dsn if getattr(args, "dsn", None) is not None else os.environ.get("PGTTL_DSN", "")
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise CliError(f"invalid --dsn: {str(exc).strip().splitlines()[0]}", exit_code=2) from exc
+    return str(dsn)
+
+
+def connect(args: argparse.Namespace, autocommit: bool = True) -> psycopg.Connection[Any]:
+    return psycopg.connect(resolve_dsn(args), autocommit=autocommit, application_name="pg-ttl")
+
+
+def require_installed(conn: psycopg.Connection[Any]) -> str:
+    from pg_ttl.install import installed_revision
+
+    rev = installed_revision(conn)
+    if rev is None:
+        raise CliError("pg_ttl is not installed in this database (run: pg-ttl install)")
+    return rev

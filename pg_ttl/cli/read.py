@@ -1,0 +1,69 @@
+"""list / describe: the read side of the catalog."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from pg_ttl import catalog
+from pg_ttl.cli.common import add_dsn, connect, console, require_installed
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("list", help="list TTL policies")
+    add_dsn(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("describe", help="show every TTL option of one table")
+    add_dsn(p)
+    p.add_argument("table", help="table name, optionally schema-qualified")
+    p.set_defaults(func=cmd_describe)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        require_installed(conn)
+        policies = catalog.list_policies(conn)
+    if args.json:
+        print(json.dumps([
+            {"table": p.table_name, "expiry": p.expiry_description, "job_cron": p.job_cron,
+             "paused": p.paused, "column_policies": p.column_policies} for p in policies
+        ], indent=2))
+        return 0
+    if not policies:
+        console.print("No TTL policies. Enable one with: SELECT ttl.enable('table', expire_after => '30 days', "
+                      "column_name => 'created_at');")
+        return 0
+    table = Table(title="TTL policies")
+    for col in ("table", "expires at", "schedule", "batch (select/delete)", "rate limit (select/delete)",
+                "partitions", "state"):
+        table.add_column(col)
+    for p in policies:
+        table.add_row(
+            p.table_name,
+            p.expiry_description,
+            p.job_cron,
+            f"{p.select_batch_size}/{p.delete_batch_size}",
+            f"{p.select_rate_limit or '∞'}/{p.delete_rate_limit or '∞'}",
+            p.partition_action,
+            "[yellow]paused[/]" if p.paused else "[green]active[/]",
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        require_installed(conn)
+        rows = catalog.describe(conn, args.table)
+    table = Table(title=f"TTL of {args.table}", show_header=True)
+    table.add_column("option")
+    table.add_column("value")
+    for option, value in rows:
+        table.add_row(option, "" if value is None else value)
+    console.print(table)
+    return 0

@@ -1,0 +1,336 @@
+-- Validation shared by every entry point: the SQL API, TTL DDL, and direct
+-- writes to ttl.policy (a trigger runs it). Errors name the table, column or
+-- option and say what would be accepted.
+
+-- Option names follow CockroachDB's row-level TTL (ttl_expire_after, ...);
+-- the SQL API accepts them with or without the ttl_ prefix.
+CREATE OR REPLACE FUNCTION ttl._option_key(option text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN lower(btrim(option)) LIKE 'ttl\_%'
+                THEN substr(lower(btrim(option)), 5)
+                ELSE lower(btrim(option)) END
+$fn$;
+
+-- How errors quote an option: the DDL spelling, e.g. "ttl_expire_after".
+CREATE OR REPLACE FUNCTION ttl._option_label(option text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT '"ttl_' || ttl._option_key(option) || '"'
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl.option_names() RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT ARRAY['expire_after', 'column', 'expiration_expression', 'unit', 'job_cron',
+                 'job_cron_override', 'select_batch_size', 'delete_batch_size',
+                 'select_rate_limit', 'delete_rate_limit', 'pause', 'partition_action',
+                 'detach_schema']
+$fn$;
+
+-- Types a TTL column may have; numeric ones hold Unix time and need ttl_unit.
+CREATE OR REPLACE FUNCTION ttl._type_kind(typ oid) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE typ
+        WHEN 'pg_catalog.date'::regtype THEN 'time'
+        WHEN 'pg_catalog.timestamp'::regtype THEN 'time'
+        WHEN 'pg_catalog.timestamptz'::regtype THEN 'time'
+        WHEN 'pg_catalog.int4'::regtype THEN 'number'
+        WHEN 'pg_catalog.int8'::regtype THEN 'number'
+        WHEN 'pg_catalog.numeric'::regtype THEN 'number'
+    END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl._check_owner(tbl regclass) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    owner oid;
+BEGIN
+    SELECT c.relowner INTO owner FROM pg_class c WHERE c.oid = tbl;
+    IF owner IS NULL THEN
+        RAISE EXCEPTION 'table with oid % does not exist', tbl::oid USING ERRCODE = 'undefined_table';
+    END IF;
+    IF NOT pg_has_role(current_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'must be owner of table % to change its TTL', tbl
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only the owner (%s) or a member of the owning role may.', owner::regrole);
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl._check_table(tbl regclass) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    c record;
+BEGIN
+    SELECT relkind, relispartition, relpersistence INTO c FROM pg_class WHERE oid = tbl;
+    IF c.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', tbl USING ERRCODE = 'wrong_object_type',
+            HINT = 'TTL applies to ordinary and partitioned tables.';
+    END IF;
+    IF c.relispartition THEN
+        RAISE EXCEPTION 'table % is a partition of %', tbl,
+            (SELECT inhparent::regclass FROM pg_inherits WHERE inhrelid = tbl)
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Enable TTL on the partitioned table; every partition follows it.';
+    END IF;
+    IF c.relpersistence = 't' THEN
+        RAISE EXCEPTION 'table % is temporary', tbl USING ERRCODE = 'wrong_object_type',
+            HINT = 'The worker cannot see temporary tables.';
+    END IF;
+    PERFORM ttl._check_owner(tbl);
+END
+$fn$;
+
+-- attnum of a live column, or a clear error.
+CREATE OR REPLACE FUNCTION ttl._attnum(tbl regclass, column_name text, option text) RETURNS smallint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    n smallint;
+BEGIN
+    SELECT attnum INTO n FROM pg_attribute
+     WHERE attrelid = tbl AND attname = column_name AND attnum > 0 AND NOT attisdropped;
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'column "%" of table % does not exist (%)', column_name, tbl, ttl._option_label(option)
+            USING ERRCODE = 'undefined_column';
+    END IF;
+    RETURN n;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl._attname(tbl oid, n smallint) RETURNS name
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT attname FROM pg_attribute WHERE attrelid = tbl AND attnum = n AND NOT attisdropped
+$fn$;
+
+-- An expiration expression must be one expression over the table's own
+-- columns, of type timestamptz, without subqueries, aggregates or set-returning
+-- functions. It is checked by the server's own parser: planned, never run.
+CREATE OR REPLACE FUNCTION ttl._expression_error(tbl regclass, expr text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    typ regtype;
+    plan text;
+BEGIN
+    IF expr IS NULL OR btrim(expr) = '' THEN
+        RETURN 'must not be empty';
+    END IF;
+    IF position(';' IN expr) > 0 THEN
+        RETURN 'must be a single expression (no ";")';
+    END IF;
+    BEGIN
+        -- One row of NULLs, so that pg_typeof() reports the expression's type.
+        EXECUTE format('SELECT pg_typeof((%s)) FROM (SELECT) AS ttl_one LEFT JOIN ONLY %s ON false', expr, tbl)
+            INTO typ;
+        EXECUTE format('EXPLAIN (FORMAT JSON, COSTS OFF) SELECT (%s) FROM ONLY %s', expr, tbl) INTO plan;
+    EXCEPTION WHEN OTHERS THEN
+        RETURN format('is not a valid expression over table %s: %s', tbl, SQLERRM);
+    END;
+    IF plan ~ '"(SubPlan|InitPlan|Aggregate|WindowAgg|ProjectSet)' THEN
+        RETURN 'must not contain subqueries, aggregates, window or set-returning functions';
+    END IF;
+    IF typ IS DISTINCT FROM 'timestamptz'::regtype THEN
+        RETURN format('must be of type timestamp with time zone, not %s', typ);
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- The whole-row check run before any write to ttl.policy.
+CREATE OR REPLACE FUNCTION ttl._validate_policy() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    tbl regclass := NEW.relid::regclass;
+    typ oid;
+    kind text;
+    err text;
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.relid <> OLD.relid THEN
+        RAISE EXCEPTION 'the table of a TTL policy cannot be changed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM ttl._check_table(tbl);
+
+    IF NEW.ttl_attnum IS NOT NULL AND NEW.expiration_expression IS NOT NULL THEN
+        RAISE EXCEPTION 'table %: set either "ttl_column" or "ttl_expiration_expression", not both', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Reset one of them first, e.g. SELECT ttl.reset_option(''' || tbl || ''', ''column'').';
+    END IF;
+    IF NEW.expire_after IS NULL AND NEW.expiration_expression IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_expire_after" and/or "ttl_expiration_expression" must be set', tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.expire_after IS NOT NULL AND NEW.expire_after <= interval '0' THEN
+        RAISE EXCEPTION 'table %: value of "ttl_expire_after" must be greater than zero, got %', tbl, NEW.expire_after
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    IF NEW.expiration_expression IS NOT NULL THEN
+        IF NEW.expire_after IS NOT NULL THEN
+            RAISE EXCEPTION 'table %: "ttl_expire_after" does not apply with "ttl_expiration_expression"', tbl
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The expression gives the expiry time itself; reset one of the two.';
+        END IF;
+        err := ttl._expression_error(tbl, NEW.expiration_expression);
+        IF err IS NOT NULL THEN
+            RAISE EXCEPTION 'table %: "ttl_expiration_expression" %', tbl, err
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Give one SQL expression of type timestamptz over the table''s columns, e.g. ''expire_at'' or ''created_at + interval ''''7 days''''''.';
+        END IF;
+        IF NEW.unit IS NOT NULL THEN
+            RAISE EXCEPTION 'table %: "ttl_unit" applies to a numeric "ttl_column" only', tbl
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        NEW.ttl_atttypid := NULL;
+    ELSIF NEW.ttl_attnum IS NOT NULL THEN
+        SELECT atttypid INTO typ FROM pg_attribute
+         WHERE attrelid = NEW.relid AND attnum = NEW.ttl_attnum AND NOT attisdropped;
+        IF typ IS NULL THEN
+            RAISE EXCEPTION 'table %: "ttl_column" (attnum %) does not exist', tbl, NEW.ttl_attnum
+                USING ERRCODE = 'undefined_column';
+        END IF;
+        kind := ttl._type_kind(typ);
+        IF kind IS NULL THEN
+            RAISE EXCEPTION 'column "%" of table % has type %, which cannot be a TTL column',
+                ttl._attname(NEW.relid, NEW.ttl_attnum), tbl, typ::regtype
+                USING ERRCODE = 'datatype_mismatch',
+                      HINT = 'Use a date, timestamp or timestamptz column, an integer, bigint or numeric column holding Unix time with "ttl_unit", or "ttl_expiration_expression".';
+        END IF;
+        IF kind = 'number' AND NEW.unit IS NULL THEN
+            RAISE EXCEPTION 'column "%" of table % is %: "ttl_unit" must be set', ttl._attname(NEW.relid, NEW.ttl_attnum),
+                tbl, typ::regtype
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Set "ttl_unit" to seconds, milliseconds, microseconds or nanoseconds (the Unix time unit the column holds).';
+        END IF;
+        IF kind = 'time' AND NEW.unit IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of table % is %: "ttl_unit" applies to numeric columns only',
+                ttl._attname(NEW.relid, NEW.ttl_attnum), tbl, typ::regtype
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        NEW.ttl_atttypid := typ;
+    ELSE
+        -- Only expire_after: per-row expiry counted from write time.
+        RAISE EXCEPTION 'table %: "ttl_expire_after" without "ttl_column" (expiry counted from write time) is not yet supported', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Set "ttl_column" to a timestamp column, or use "ttl_expiration_expression".';
+    END IF;
+
+    IF NEW.unit IS NOT NULL AND NEW.unit NOT IN ('seconds', 'milliseconds', 'microseconds', 'nanoseconds') THEN
+        RAISE EXCEPTION 'table %: value of "ttl_unit" must be seconds, milliseconds, microseconds or nanoseconds, got "%"',
+            tbl, NEW.unit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    err := ttl.cron_error(NEW.job_cron);
+    IF err IS NOT NULL THEN
+        RAISE EXCEPTION 'table %: invalid cron expression for "ttl_job_cron": %', tbl, err
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly.';
+    END IF;
+
+    IF NOT NEW.job_cron_override
+       AND ttl.cron_min_interval(NEW.job_cron)
+           < coalesce((SELECT value::interval FROM ttl.settings WHERE name = 'min_job_interval'), interval '0') THEN
+        RAISE EXCEPTION 'table %: "ttl_job_cron" % runs every %, more often than the minimum interval %', tbl,
+            NEW.job_cron, ttl.cron_min_interval(NEW.job_cron),
+            (SELECT value FROM ttl.settings WHERE name = 'min_job_interval')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Choose a less frequent schedule, set "ttl_job_cron_override" = true, or lower the min_job_interval setting.';
+    END IF;
+
+    IF NEW.select_batch_size < 1 THEN
+        RAISE EXCEPTION 'table %: value of "ttl_select_batch_size" must be at least 1, got %', tbl, NEW.select_batch_size
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.delete_batch_size < 1 THEN
+        RAISE EXCEPTION 'table %: value of "ttl_delete_batch_size" must be at least 1, got %', tbl, NEW.delete_batch_size
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.select_rate_limit < 0 THEN
+        RAISE EXCEPTION 'table %: value of "ttl_select_rate_limit" must be at least 1 (or 0 for unlimited), got %',
+            tbl, NEW.select_rate_limit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.delete_rate_limit < 0 THEN
+        RAISE EXCEPTION 'table %: value of "ttl_delete_rate_limit" must be at least 1 (or 0 for unlimited), got %',
+            tbl, NEW.delete_rate_limit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.partition_action NOT IN ('drop', 'detach') THEN
+        RAISE EXCEPTION 'table %: value of "ttl_partition_action" must be drop or detach, got "%"', tbl, NEW.partition_action
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.partition_action = 'detach' AND NEW.detach_schema IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_partition_action" = detach needs "ttl_detach_schema"', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name the schema that detached partitions move to.';
+    END IF;
+    IF NEW.detach_schema IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = NEW.detach_schema) THEN
+        RAISE EXCEPTION 'table %: schema "%" of "ttl_detach_schema" does not exist', tbl, NEW.detach_schema
+            USING ERRCODE = 'invalid_schema_name';
+    END IF;
+
+    IF TG_OP = 'UPDATE' THEN
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate ON ttl.policy;
+CREATE TRIGGER validate BEFORE INSERT OR UPDATE ON ttl.policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_policy();
+
+CREATE OR REPLACE FUNCTION ttl._validate_column_policy() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    tbl regclass := NEW.relid::regclass;
+    a record;
+BEGIN
+    PERFORM ttl._check_table(tbl);
+    SELECT attname, atttypid, attnotnull, atthasdef INTO a FROM pg_attribute
+     WHERE attrelid = NEW.relid AND attnum = NEW.attnum AND NOT attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table %: column with attnum % does not exist', tbl, NEW.attnum USING ERRCODE = 'undefined_column';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = NEW.relid AND i.indisprimary
+                AND NEW.attnum = ANY (i.indkey)) THEN
+        RAISE EXCEPTION 'column "%" of table % is part of the primary key and cannot expire on its own', a.attname, tbl
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use a table TTL to expire whole rows.';
+    END IF;
+    IF a.attnotnull AND NOT a.atthasdef THEN
+        RAISE EXCEPTION 'column "%" of table % is NOT NULL without a default: an expired value has nothing to become', a.attname, tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the column a DEFAULT (the expired value becomes it) or drop NOT NULL.';
+    END IF;
+    IF NEW.expire_after IS NULL OR NEW.expire_after <= interval '0' THEN
+        RAISE EXCEPTION 'column "%" of table %: value of "ttl_expire_after" must be greater than zero, got %',
+            a.attname, tbl, coalesce(NEW.expire_after::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    NEW.atttypid := a.atttypid;
+    IF TG_OP = 'UPDATE' THEN
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate ON ttl.column_policy;
+CREATE TRIGGER validate BEFORE INSERT OR UPDATE ON ttl.column_policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy();

@@ -1,0 +1,41 @@
+-- Read side of the catalog, with tables and columns under their current names.
+-- CREATE OR REPLACE: user views may depend on these; new columns go at the end.
+
+CREATE OR REPLACE VIEW ttl.policies AS
+SELECT p.relid,
+       p.relid::regclass::text            AS table_name,
+       n.nspname                          AS schema_name,
+       c.relname                          AS relname,
+       a.attname                          AS ttl_column,
+       p.expiration_expression,
+       p.expire_after,
+       p.unit,
+       p.job_cron,
+       p.job_cron_override,
+       p.select_batch_size,
+       p.delete_batch_size,
+       p.select_rate_limit,
+       p.delete_rate_limit,
+       p.paused,
+       p.partition_action,
+       p.detach_schema,
+       (SELECT count(*) FROM ttl.column_policy cp WHERE cp.relid = p.relid) AS column_policies,
+       p.created_at,
+       p.updated_at
+  FROM ttl.policy p
+  JOIN pg_catalog.pg_class c ON c.oid = p.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = p.relid AND a.attnum = p.ttl_attnum AND NOT a.attisdropped;
+
+
+CREATE OR REPLACE VIEW ttl.column_policies AS
+SELECT cp.relid,
+       cp.relid::regclass::text AS table_name,
+       a.attname                AS column_name,
+       cp.expire_after,
+       cp.created_at,
+       cp.updated_at
+  FROM ttl.column_policy cp
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = cp.relid AND a.attnum = cp.attnum;
+
+GRANT SELECT ON ttl.policies, ttl.column_policies TO PUBLIC;
