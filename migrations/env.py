@@ -9,10 +9,17 @@ transaction, so the database always runs the package's current SQL.
 from __future__ import annotations
 
 from alembic import context
+from alembic.script import ScriptDirectory
 
 from pg_ttl.install import SCHEMA, VERSION_TABLE, code_layer_sql, execute_sql
 
 config = context.config
+
+
+def _target_is_head() -> bool:
+    target = context.get_revision_argument()
+    heads = ScriptDirectory.from_config(config).get_heads()
+    return target in ("head", "heads") or target in heads or (isinstance(target, tuple) and set(target) == set(heads))
 
 
 def _configure_and_run(**kwargs: object) -> None:
@@ -24,10 +31,15 @@ def _configure_and_run(**kwargs: object) -> None:
     )
     with context.begin_transaction():
         # Serialise concurrent installs/upgrades of the same database.
+        # Never queue forever behind a long transaction that reads the catalog:
+        # fail with a clear error instead, and leave everything as it was.
+        execute_sql(f"SET LOCAL lock_timeout = '{int(config.attributes.get('lock_timeout_ms', 30000))}ms'")
         execute_sql("SELECT pg_catalog.pg_advisory_xact_lock(7438119)")
         execute_sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         context.run_migrations()
-        if config.attributes.get("apply_code_layer", True):
+        # The code layer is the package's current SQL: it matches the head
+        # revision's tables only, so it is applied when upgrading to head.
+        if _target_is_head():
             for statement in code_layer_sql():
                 execute_sql(statement)
 

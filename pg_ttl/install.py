@@ -70,9 +70,11 @@ def execute_sql(statement: str) -> None:
         driver.execute(statement)
 
 
-def _config(connection: object | None = None, output: io.StringIO | None = None) -> Config:
+def _config(connection: object | None = None, output: io.StringIO | None = None,
+            lock_timeout_ms: int = 30000) -> Config:
     cfg = Config(output_buffer=output) if output is not None else Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
@@ -121,12 +123,13 @@ class UpgradeResult:
         return self.before is not None
 
 
-def upgrade(dsn: str, revision: str = "head") -> UpgradeResult:
-    """Install or upgrade to ``revision``; idempotent."""
+def upgrade(dsn: str, revision: str = "head", lock_timeout_ms: int = 30000) -> UpgradeResult:
+    """Install or upgrade to ``revision``; idempotent. Gives up (changing nothing)
+    when the catalog stays locked by another session for ``lock_timeout_ms``."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         before = installed_revision(conn)
     with _sqlalchemy_connection(dsn) as sa_conn:
-        command.upgrade(_config(sa_conn), revision)
+        command.upgrade(_config(sa_conn, lock_timeout_ms=lock_timeout_ms), revision)
         sa_conn.commit()  # type: ignore[attr-defined]
     with psycopg.connect(dsn, autocommit=True) as conn:
         after = installed_revision(conn)

@@ -133,13 +133,21 @@ BEGIN
     IF position(';' IN expr) > 0 THEN
         RETURN 'must be a single expression (no ";")';
     END IF;
+    -- Names in the expression resolve in the table's own schema, then pg_catalog;
+    -- the engine evaluates it with the same search_path. (The function's SET
+    -- clause restores the caller's search_path on exit.)
+    PERFORM set_config('search_path',
+                       format('%I, pg_catalog, pg_temp',
+                              (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                WHERE c.oid = tbl)),
+                       true);
     BEGIN
         -- One row of NULLs, so that pg_typeof() reports the expression's type.
         EXECUTE format('SELECT pg_typeof((%s)) FROM (SELECT) AS ttl_one LEFT JOIN ONLY %s ON false', expr, tbl)
             INTO typ;
         EXECUTE format('EXPLAIN (FORMAT JSON, COSTS OFF) SELECT (%s) FROM ONLY %s', expr, tbl) INTO plan;
     EXCEPTION WHEN OTHERS THEN
-        RETURN format('is not a valid expression over table %s: %s', tbl, SQLERRM);
+        RETURN format('is not a valid expression over the table''s columns: %s', SQLERRM);
     END;
     IF plan ~ '"(SubPlan|InitPlan|Aggregate|WindowAgg|ProjectSet)' THEN
         RETURN 'must not contain subqueries, aggregates, window or set-returning functions';

@@ -1,0 +1,44 @@
+"""`pg-ttl demo`: the embedded default, on a throwaway server that is removed afterwards."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+def _our_servers() -> set[str]:
+    return set(glob.glob("/tmp/pg_ttl-*"))
+
+
+def test_demo_runs_and_cleans_up(cli: Any) -> None:
+    before = _our_servers()
+    result = cli("demo", "--rows", "600", timeout=180)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "installed" in out or "schema ttl at revision" in out
+    assert "ttl.enable('events'" in out
+    assert "expired" in out and "live" in out
+    assert "removed" in out
+    assert _our_servers() == before
+
+
+def test_demo_cleans_up_on_interrupt() -> None:
+    before = _our_servers()
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "demo", "--rows", "2000000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _our_servers() == before:
+        time.sleep(0.1)
+    time.sleep(2)  # the server is up, the long insert is running
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    assert "removed" in out
+    assert _our_servers() == before
