@@ -124,7 +124,7 @@ def test_connection_from_environment(dsn: str, cli: Any) -> None:
 ])
 def test_connection_errors_are_one_line(cli: Any, bad_dsn: str, fragment: str, code: int) -> None:
     for command in (["install"], ["version"], ["list"], ["uninstall", "--yes"]):
-        result = cli(*command, "--dsn", bad_dsn)
+        result = cli(*command, "--dsn", bad_dsn, env={"COLUMNS": "40"})  # stays one line when narrow
         assert fragment in one_line_error(result)
         assert result.returncode == code
 

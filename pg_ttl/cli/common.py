@@ -10,7 +10,7 @@ import psycopg
 from rich.console import Console
 
 console = Console()
-console_err = Console(stderr=True)
+console_err = Console(stderr=True, soft_wrap=True)  # errors stay one line, whatever the width
 
 
 class CliError(Exception):
