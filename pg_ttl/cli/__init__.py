@@ -83,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_err.print(f"pg-ttl: cannot connect to PostgreSQL: {_one_line(err)}", markup=False,
                               highlight=False)
             return 2
+        if isinstance(err, psycopg.errors.LockNotAvailable):
+            console_err.print(f"pg-ttl: {_one_line(err)}: another session holds a lock this needs "
+                              "(a long transaction, or a worker mid-run); nothing was changed, retry later",
+                              markup=False, highlight=False)
+            return 1
         if isinstance(err, psycopg.errors.InsufficientPrivilege):
             console_err.print(f"pg-ttl: permission denied: {_one_line(err)}", markup=False, highlight=False)
             return 3
