@@ -54,7 +54,7 @@ def candidate_bindirs() -> list[Path]:
     debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_major_from_path, reverse=True)
     found.extend(Path(d) for d in debian)
     if not any(_bindir_has_server(p) for p in found):
-        found.extend(_pgserver_bindirs())
+        found.extend(pgserver_bindirs())
     unique: list[Path] = []
     for p in found:
         if _bindir_has_server(p) and p not in unique:
@@ -62,7 +62,7 @@ def candidate_bindirs() -> list[Path]:
     return unique
 
 
-def _pgserver_bindirs() -> list[Path]:
+def pgserver_bindirs() -> list[Path]:
     """The binaries inside the pgserver wheel, without importing it (its import is slow and noisy)."""
     import importlib.util
 
