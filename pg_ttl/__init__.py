@@ -7,4 +7,6 @@ try:
 except PackageNotFoundError:  # running from a checkout that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+from pg_ttl.ddl.rewrite import rewrite
+
+__all__ = ["__version__", "rewrite"]

@@ -1,0 +1,1 @@
+ALTER TABLE IF EXISTS ONLY public.gone SET (ttl_pause = on);

@@ -1,0 +1,1 @@
+SELECT ttl.reset_options('events', VARIADIC CAST('{job_cron,pause}' AS text[]));

@@ -1,0 +1,1 @@
+ALTER TABLE events RESET (ttl_job_cron, ttl_pause);

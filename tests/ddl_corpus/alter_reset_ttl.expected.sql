@@ -1,0 +1,1 @@
+SELECT ttl.disable('events');  -- removes TTL

@@ -1,0 +1,1 @@
+ALTER TABLE events RESET (ttl);  -- removes TTL

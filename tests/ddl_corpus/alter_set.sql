@@ -1,0 +1,1 @@
+ALTER TABLE events SET (ttl_expire_after = '7 days');

@@ -1,0 +1,1 @@
+SELECT ttl.disable_column('users', 'E-Mail');

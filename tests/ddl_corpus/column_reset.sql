@@ -1,0 +1,1 @@
+ALTER TABLE users ALTER COLUMN "E-Mail" RESET (ttl);

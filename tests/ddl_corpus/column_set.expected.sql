@@ -1,0 +1,1 @@
+SELECT ttl.enable_column('users', 'email', '90 days');

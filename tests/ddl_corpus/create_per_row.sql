@@ -1,0 +1,1 @@
+CREATE TABLE carts (id int PRIMARY KEY) WITH (ttl_expire_after = '1 day');

@@ -1,0 +1,1 @@
+CREATE TABLE "My Schema"."My Table" ("Created At" date, note text) WITH (ttl_expire_after = 'it''s', ttl_column = 'Created At');

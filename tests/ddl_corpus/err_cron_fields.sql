@@ -1,0 +1,1 @@
+ALTER TABLE events SET (ttl_job_cron = '0 * * * * *');

@@ -1,0 +1,1 @@
+ALTER TABLE events SET (ttl_pause = true), SET (ttl_pause = false);

@@ -1,0 +1,3 @@
+SELECT 1;
+
+ALTER TABLE events SET (ttl_expire_after = 'banana');

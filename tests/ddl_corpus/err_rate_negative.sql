@@ -1,0 +1,1 @@
+ALTER TABLE events SET (ttl_select_rate_limit = -1);

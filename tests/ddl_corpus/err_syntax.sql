@@ -1,0 +1,2 @@
+ALTER TABLE events SET (ttl_pause = true);
+SELECT FROM WHERE;

@@ -1,0 +1,1 @@
+  ALTER TABLE events SET (ttl_expire_afterr = '1 day');
