@@ -1,9 +1,170 @@
-"""Subcommands of this area are registered here (work in progress)."""
+"""worker / status / systemd-unit: the daemon and what it tells operators."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
+import sys
+from importlib import resources
 from typing import Any
+
+from rich.table import Table
+
+from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+
+WORKER_EPILOG = """\
+Settings: flags, else PGTTL_* environment variables, else the --config file
+(TOML, see `pg-ttl systemd-unit --example-config`), else defaults.
+Databases: --dsn (repeatable), else the config's [[databases]], else $PGTTL_DSN,
+else libpq's PG* variables.
+
+Signals: SIGTERM/SIGINT finish the current batch and exit 0; SIGHUP reloads the
+config. Under systemd (Type=notify) it reports READY/STATUS/WATCHDOG.
+"""
 
 
 def register(sub: Any) -> None:
-    """Nothing registered yet."""
+    p = sub.add_parser("worker", help="run the TTL daemon: runs each policy on its schedule until stopped",
+                       description="Run every TTL policy on its job_cron schedule until stopped.",
+                       epilog=WORKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dsn", dest="dsns", action="append", default=None, metavar="DSN",
+                   help="database to serve (repeat for several)")
+    p.add_argument("--config", default=None, help="TOML config file (also $PGTTL_WORKER_CONFIG)")
+    p.add_argument("--metrics-addr", default=None, metavar="HOST:PORT",
+                   help="serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port)")
+    p.add_argument("--log-format", choices=("kv", "json"), default=None, help="log line format (default kv)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=None)
+    p.add_argument("--poll-interval", type=float, default=None, metavar="SECONDS",
+                   help="seconds between catalog reads when no NOTIFY arrives (default 30)")
+    p.add_argument("--max-backoff", type=float, default=None, metavar="SECONDS",
+                   help="longest wait between reconnect attempts (default 60)")
+    p.add_argument("--shutdown-timeout", type=float, default=None, metavar="SECONDS",
+                   help="on SIGTERM, how long the current batch may take to finish (default 30)")
+    p.add_argument("--name", default=None, help="worker name in the run history (default host:pid)")
+    p.add_argument("--once", action="store_true",
+                   help="run what is due now in every database, then exit (for cron-style deployments)")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("status", help="per TTL table: last run, next run, backlog, lag; and the workers")
+    add_dsn(p)
+    p.add_argument("table", nargs="?", default=None, help="only this table")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-estimates", action="store_true",
+                   help="skip backlog and lag (they read each table's TTL index or planner statistics)")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("systemd-unit", help="print the systemd unit of the worker (Type=notify, watchdog)")
+    p.add_argument("--exec", dest="exec_path", default=None,
+                   help="pg-ttl executable for ExecStart (default: the one on PATH)")
+    p.add_argument("--config", default="/etc/pg-ttl/worker.toml", help="config file the service reads")
+    p.add_argument("--user", default="pg-ttl", help="unprivileged user (and group) the service runs as")
+    p.add_argument("--example-config", action="store_true", help="print the example config file instead")
+    p.set_defaults(func=cmd_systemd_unit)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pg_ttl.worker import config as config_mod
+
+    overrides = {
+        "dsns": args.dsns, "config": args.config, "metrics_addr": args.metrics_addr, "log_format": args.log_format,
+        "log_level": args.log_level, "poll_interval": args.poll_interval, "max_backoff": args.max_backoff,
+        "shutdown_timeout": args.shutdown_timeout, "name": args.name,
+    }
+    try:
+        cfg = config_mod.load(overrides)
+    except config_mod.ConfigError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    try:
+        from pg_ttl.worker.daemon import Worker
+
+        worker = Worker(cfg, cli_overrides=overrides, once=args.once)
+    except ImportError as exc:
+        raise CliError(f"the expiration engine is not available: {exc}") from None
+    worker.install_signal_handlers()
+    try:
+        return worker.run()
+    except config_mod.ConfigError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours}h"
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pg_ttl.worker.status import collect
+
+    with connect(args) as conn:
+        require_installed(conn)
+        if conn.execute("SELECT pg_catalog.to_regclass('ttl.worker_schedule')").fetchone() == (None,):
+            raise CliError("the installed pg_ttl schema predates the worker (run: pg-ttl upgrade)")
+        status = collect(conn, args.table, estimates=not args.no_estimates)
+    if args.json:
+        print(json.dumps(status.to_json(), indent=2))
+        return 0
+    if not status.tables:
+        console.print("No TTL policies.")
+    else:
+        table = Table(title="TTL status")
+        for col in ("table", "schedule", "last run", "rows deleted", "took", "next run (UTC)", "backlog", "lag"):
+            table.add_column(col)
+        for t in status.tables:
+            last = t.last_run
+            state = "[cyan]running[/]" if t.running else (
+                f"{last.status} {last.started_at:%Y-%m-%d %H:%M}" if last else "never")
+            table.add_row(
+                t.table, t.job_cron + (" (paused)" if t.paused else ""), state,
+                str(last.rows_deleted) if last else "", _fmt_duration(last.duration) if last else "",
+                f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never"),
+                "" if t.backlog is None else f"~{t.backlog}",
+                "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds))
+        console.print(table)
+    if status.workers:
+        workers = Table(title="Workers")
+        for col in ("name", "host", "pid", "state", "tables", "last heartbeat"):
+            workers.add_column(col)
+        for w in status.workers:
+            workers.add_row(w["name"], w["host"], str(w["pid"]), w["state"], str(w["tables"]),
+                            f"{_fmt_duration(w['heartbeat_age'])} ago")
+        console.print(workers)
+    return 0
+
+
+def deploy_file(name: str) -> str:
+    return (resources.files("pg_ttl") / "deploy" / name).read_text()
+
+
+def render_unit(exec_path: str | None = None, config: str = "/etc/pg-ttl/worker.toml", user: str = "pg-ttl") -> str:
+    """The shipped unit with this machine's pg-ttl, config path and user filled in."""
+    exe = exec_path or shutil.which("pg-ttl") or f"{sys.executable} -m pg_ttl"
+    out = []
+    for line in deploy_file("pg-ttl-worker.service").splitlines():
+        if line.startswith("ExecStart="):
+            line = f"ExecStart={exe} worker --config {config}"
+        elif line.startswith("User="):
+            line = f"User={user}"
+        elif line.startswith("Group="):
+            line = f"Group={user}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def cmd_systemd_unit(args: argparse.Namespace) -> int:
+    if args.example_config:
+        sys.stdout.write(deploy_file("worker.toml"))
+        return 0
+    for value, what in ((args.config, "--config"), (args.user, "--user"), (args.exec_path or "", "--exec")):
+        if any(c in value for c in "\n\r"):
+            raise CliError(f"{what} must be one line")
+    sys.stdout.write(render_unit(args.exec_path, args.config, args.user))
+    return 0

@@ -1,0 +1,178 @@
+"""Prometheus metrics of the worker (prometheus-client), served on ``--metrics-addr``.
+
+Counters follow what the engine reports per run. The expiration lag (age of
+the oldest expired row still present: what an operator pages on) is measured
+after each run and at a slow background pace, and computed at scrape time
+from the remembered expiry instant, so it keeps growing between measurements
+without any query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pg_ttl import __version__
+
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
+BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
+
+
+class LagCollector(Collector):
+    """``pg_ttl_expiration_lag_seconds``: now minus the expiry of the oldest expired row still present."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._oldest: dict[tuple[str, str], datetime | None] = {}
+        self._measured: dict[tuple[str, str], float] = {}
+
+    def set(self, db: str, table: str, oldest_expired: datetime | None) -> None:
+        with self._lock:
+            self._oldest[(db, table)] = oldest_expired
+            self._measured[(db, table)] = time.time()
+
+    def forget(self, db: str, table: str | None = None) -> None:
+        with self._lock:
+            for key in [k for k in self._oldest if k[0] == db and (table is None or k[1] == table)]:
+                self._oldest.pop(key, None)
+                self._measured.pop(key, None)
+
+    def lag(self, db: str, table: str, now: datetime | None = None) -> float | None:
+        """Seconds of lag, 0 when nothing is expired, None when never measured."""
+        with self._lock:
+            if (db, table) not in self._oldest:
+                return None
+            oldest = self._oldest[(db, table)]
+        if oldest is None:
+            return 0.0
+        if oldest.tzinfo is None:  # timestamp without time zone is read as UTC, like the engine does
+            oldest = oldest.replace(tzinfo=UTC)
+        return max(0.0, ((now or datetime.now(UTC)) - oldest).total_seconds())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily("pg_ttl_expiration_lag_seconds",
+                                "Age of the oldest expired row still present (0: nothing expired)",
+                                labels=["database", "table"])
+        measured = GaugeMetricFamily("pg_ttl_expiration_lag_measured_timestamp_seconds",
+                                     "When the lag's oldest expired row was last looked up",
+                                     labels=["database", "table"])
+        now = datetime.now(UTC)
+        with self._lock:
+            keys = sorted(self._oldest)
+            stamps = dict(self._measured)
+        for db, table in keys:
+            value = self.lag(db, table, now)
+            if value is not None:
+                lag.add_metric([db, table], value)
+                measured.add_metric([db, table], stamps[(db, table)])
+        yield lag
+        yield measured
+
+
+class WorkerMetrics:
+    """Every metric of one worker process, in its own registry."""
+
+    def __init__(self, worker_name: str = "") -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        by_table = ["database", "table"]
+        self.rows_selected = Counter("pg_ttl_rows_selected", "Expired rows selected as candidates", by_table,
+                                     registry=r)
+        self.rows_deleted = Counter("pg_ttl_rows_deleted", "Expired rows deleted", by_table, registry=r)
+        self.rows_nulled = Counter("pg_ttl_rows_nulled", "Rows whose expired column values were nulled", by_table,
+                                   registry=r)
+        self.partitions_dropped = Counter("pg_ttl_partitions_dropped", "Expired partitions dropped", by_table,
+                                          registry=r)
+        self.partitions_detached = Counter("pg_ttl_partitions_detached", "Expired partitions detached", by_table,
+                                           registry=r)
+        self.runs = Counter("pg_ttl_runs", "Runs by final status (ok, partial, failed, paused, busy)",
+                            [*by_table, "status"], registry=r)
+        self.run_failures = Counter("pg_ttl_run_failures", "Runs that failed (status failed or an error)", by_table,
+                                    registry=r)
+        self.units = Counter("pg_ttl_units", "Units of work (table or partition) processed", by_table, registry=r)
+        self.run_duration = Histogram("pg_ttl_run_duration_seconds", "Duration of table runs", ["database"],
+                                      buckets=DURATION_BUCKETS, registry=r)
+        self.batch_duration = Histogram("pg_ttl_batch_duration_seconds",
+                                        "Duration of one unit of work (partition or table batch loop)",
+                                        ["database"], buckets=BATCH_BUCKETS, registry=r)
+        self.last_run_duration = Gauge("pg_ttl_last_run_duration_seconds", "Duration of the last run", by_table,
+                                       registry=r)
+        self.last_run = Gauge("pg_ttl_last_run_timestamp_seconds", "When the last run finished", by_table,
+                              registry=r)
+        self.next_run = Gauge("pg_ttl_next_run_timestamp_seconds", "When the next run is due", by_table, registry=r)
+        self.tables = Gauge("pg_ttl_tables", "TTL tables known to the worker", ["database"], registry=r)
+        self.up = Gauge("pg_ttl_database_up", "1 while the worker is connected to the database", ["database"],
+                        registry=r)
+        self.standby = Gauge("pg_ttl_database_standby", "1 while the database is a standby (nothing is deleted)",
+                             ["database"], registry=r)
+        self.reconnects = Counter("pg_ttl_reconnects", "Connection losses followed by a reconnect attempt",
+                                  ["database"], registry=r)
+        self.info = Gauge("pg_ttl_worker_info", "Worker identity", ["worker", "version"], registry=r)
+        self.info.labels(worker_name, __version__).set(1)
+        self.lag = LagCollector()
+        r.register(self.lag)
+        self._server: Any = None
+
+    _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "partitions_dropped", "partitions_detached",
+                      "run_failures", "units", "last_run_duration", "last_run", "next_run")
+
+    def record_run(self, db: str, result: Any) -> None:
+        """Account one engine TableResult."""
+        table = str(result.table)
+        labels = (db, table)
+        self.rows_selected.labels(*labels).inc(int(getattr(result, "rows_selected", 0) or 0))
+        self.rows_deleted.labels(*labels).inc(int(getattr(result, "rows_deleted", 0) or 0))
+        self.rows_nulled.labels(*labels).inc(int(getattr(result, "rows_nulled", 0) or 0))
+        self.partitions_dropped.labels(*labels).inc(int(getattr(result, "partitions_dropped", 0) or 0))
+        self.partitions_detached.labels(*labels).inc(int(getattr(result, "partitions_detached", 0) or 0))
+        status = str(getattr(result, "status", "ok"))
+        self.runs.labels(*labels, status).inc()
+        if status == "failed":
+            self.run_failures.labels(*labels).inc()
+        duration = float(getattr(result, "duration", 0.0) or 0.0)
+        self.run_duration.labels(db).observe(duration)
+        self.last_run_duration.labels(*labels).set(duration)
+        self.last_run.labels(*labels).set(time.time())
+
+    def record_failure(self, db: str, table: str, duration: float) -> None:
+        """A run that raised instead of returning a result."""
+        self.runs.labels(db, table, "failed").inc()
+        self.run_failures.labels(db, table).inc()
+        self.run_duration.labels(db).observe(duration)
+        self.last_run_duration.labels(db, table).set(duration)
+        self.last_run.labels(db, table).set(time.time())
+
+    def record_unit(self, db: str, table: str, duration: float) -> None:
+        self.units.labels(db, table).inc()
+        self.batch_duration.labels(db).observe(duration)
+
+    def forget_table(self, db: str, table: str) -> None:
+        """Drop the series of a table whose policy is gone."""
+        for name in self._TABLE_METRICS:
+            metric = getattr(self, name)
+            with contextlib.suppress(KeyError):
+                metric.remove(db, table)
+        for status in ("ok", "partial", "failed", "paused", "busy"):
+            with contextlib.suppress(KeyError):
+                self.runs.remove(db, table, status)
+        self.lag.forget(db, table)
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve /metrics in a daemon thread; returns the bound port (0 picks a free one)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return int(server.server_address[1])
+
+    def shutdown(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,164 @@
+"""What ``pg-ttl status`` reports: per table the last run, the next run, the backlog and the lag.
+
+Read-only. The backlog is the planner's estimate of expired rows still present
+(EXPLAIN per unit, no scan), the lag the age of the oldest of them (one index
+probe per partition when the TTL column is indexed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from pg_ttl.worker.schedule import Entry, Scheduler, cron_error
+
+TABLES = """
+SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused,
+       CASE WHEN s.started_at >= p.created_at THEN s.due_at END AS due_at,
+       ttl.worker_running(p.relid) AS running_workers,
+       r.run_id, r.status, r.worker, r.started_at, r.finished_at, r.rows_selected, r.rows_deleted,
+       r.partitions_dropped, r.partitions_detached, r.error,
+       (SELECT value FROM ttl.settings WHERE name = 'min_job_interval') AS min_interval
+  FROM ttl.policies p
+  LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
+  LEFT JOIN LATERAL (SELECT * FROM ttl.run r WHERE r.relid = p.relid AND r.status <> 'busy'
+                      ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1) r ON true
+ WHERE %(table)s::regclass IS NULL OR p.relid = %(table)s::regclass
+ ORDER BY p.schema_name, p.relname
+"""
+WORKERS = """
+SELECT name, host, pid, version, state, tables, started_at, heartbeat_at,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+  FROM ttl.worker ORDER BY name
+"""
+
+
+@dataclass
+class LastRun:
+    run_id: int
+    status: str
+    worker: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    duration: float | None
+    rows_selected: int
+    rows_deleted: int
+    partitions_dropped: int
+    partitions_detached: int
+    error: str | None
+
+
+@dataclass
+class TableStatus:
+    table: str
+    job_cron: str
+    paused: bool
+    running: bool
+    last_run: LastRun | None
+    next_run: datetime | None
+    backlog: int | None
+    lag_seconds: float | None
+    oldest_expired: datetime | None
+    schedule_error: str | None = None
+
+
+@dataclass
+class Status:
+    tables: list[TableStatus] = field(default_factory=list)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(v: Any) -> Any:
+            if isinstance(v, datetime):
+                return v.isoformat()
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [plain(x) for x in v]
+            return v
+
+        return {"tables": [plain(asdict(t)) for t in self.tables], "workers": [plain(w) for w in self.workers]}
+
+
+def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
+    """Expired rows still present, as the planner estimates them (None when it cannot say)."""
+    from pg_ttl.expire.predicate import build_predicate, load_policies
+    from pg_ttl.expire.units import list_units
+
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true)").fetchone()
+            assert row is not None
+            policies = load_policies(conn, [relid])
+            if not policies:
+                return None
+            policy = policies[0]
+            pred = build_predicate(conn, policy, row[0])
+            conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+            total = 0
+            for unit in list_units(conn, policy, pred):
+                if unit.action != "delete":
+                    found = conn.execute("SELECT greatest(reltuples, 0)::int8 FROM pg_catalog.pg_class WHERE oid = %s",
+                                         (unit.relid,)).fetchone()
+                    total += int(found[0]) if found else 0
+                    continue
+                plan = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM ONLY {} WHERE {}").format(
+                    unit.ident, pred.expired)).fetchone()
+                if plan:
+                    total += int(plan[0][0]["Plan"]["Plan Rows"])
+            return total
+    except psycopg.Error:
+        return None
+
+
+def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: datetime | None = None,
+            estimates: bool = True) -> Status:
+    """The status of every TTL table (or one); ``conn`` is autocommit."""
+    from pg_ttl.expire import oldest_expired
+    from pg_ttl.worker.daemon import parse_interval
+
+    now = now or datetime.now(UTC)
+    status = Status()
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(TABLES, {"table": table}).fetchall()
+        status.workers = cur.execute(WORKERS).fetchall()
+    for r in rows:
+        sched = Scheduler(min_interval=parse_interval(r["min_interval"]))
+        entry = Entry(relid=int(r["relid"]), table=r["table_name"], cron=r["job_cron"],
+                      override=bool(r["job_cron_override"]), paused=bool(r["paused"]), last_due=r["due_at"],
+                      error=cron_error(r["job_cron"]))
+        last = None
+        if r["run_id"] is not None:
+            finished = r["finished_at"]
+            last = LastRun(
+                run_id=int(r["run_id"]), status=r["status"], worker=r["worker"], started_at=r["started_at"],
+                finished_at=finished,
+                duration=(finished - r["started_at"]).total_seconds() if finished else None,
+                rows_selected=int(r["rows_selected"]), rows_deleted=int(r["rows_deleted"]),
+                partitions_dropped=int(r["partitions_dropped"]), partitions_detached=int(r["partitions_detached"]),
+                error=r["error"])
+        oldest: datetime | None = None
+        lag: float | None = None
+        backlog: int | None = None
+        if estimates:
+            try:
+                oldest = oldest_expired(conn, entry.relid)
+                if oldest is not None and oldest.tzinfo is None:
+                    oldest = oldest.replace(tzinfo=UTC)
+                lag = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+            except psycopg.Error:
+                pass
+            # Nothing expired means no backlog, whatever stale planner statistics would say.
+            backlog = 0 if oldest is None and lag is not None else backlog_estimate(conn, entry.relid)
+            if backlog is not None and oldest is not None:
+                backlog = max(backlog, 1)
+        status.tables.append(TableStatus(
+            table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
+            last_run=last, next_run=sched.next_run(entry, now), backlog=backlog, lag_seconds=lag,
+            oldest_expired=oldest, schedule_error=entry.error))
+    return status

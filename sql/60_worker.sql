@@ -1,0 +1,97 @@
+-- Worker coordination: which tick of a table's schedule is running, on which
+-- workers. A worker taking part in a run of a table holds a shared session
+-- advisory lock on (0x74746C77 "ttlw" << 32 | relid) for the whole run; the
+-- engine's per-unit claims use another namespace ("ttl\0"), so they never
+-- collide. A dead worker's lock goes with its connection.
+
+CREATE OR REPLACE FUNCTION ttl.worker_lock_key(p_relid oid) RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT (1953786999::bigint << 32) | p_relid::bigint
+$fn$;
+
+-- Sessions other than this one taking part in a run of p_relid.
+CREATE OR REPLACE FUNCTION ttl.worker_running(p_relid oid) RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT count(*)::integer
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND l.classid = 1953786999::oid AND l.objid = p_relid
+       AND l.pid <> pg_catalog.pg_backend_pid()
+$fn$;
+
+-- Decide what to do with tick p_due of p_relid's schedule:
+--   'start': nobody ran this tick; it is ours (the schedule row now says so)
+--   'join' : another worker started this tick and is still at it; help (the
+--            engine's claims split the partitions)
+--   'skip' : an older tick's run is still going: this tick is skipped
+--   'done' : this tick (or a later one) was already run
+-- For 'start' and 'join' the caller holds the run lock until ttl.worker_end_run.
+-- round_started: when the starter began this tick's run; every worker taking
+-- part passes it to the engine as the cutoff, so they all expire the same rows.
+CREATE OR REPLACE FUNCTION ttl.worker_begin_run(p_relid oid, p_due timestamptz, p_worker text,
+                                                OUT verdict text, OUT round_started timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s ttl.worker_schedule;
+    others integer;
+    started timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM pg_catalog.pg_advisory_lock_shared(ttl.worker_lock_key(p_relid));
+    INSERT INTO ttl.worker_schedule (relid) VALUES (p_relid) ON CONFLICT (relid) DO NOTHING;
+    -- Serialises deciders of one table; count the runners only once we hold it.
+    SELECT * INTO s FROM ttl.worker_schedule WHERE relid = p_relid FOR UPDATE;
+    others := ttl.worker_running(p_relid);
+    IF s.due_at IS NULL OR s.due_at < p_due THEN
+        IF others > 0 THEN
+            PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
+            verdict := 'skip';
+            RETURN;
+        END IF;
+        UPDATE ttl.worker_schedule
+           SET due_at = p_due, started_at = started, finished_at = NULL,
+               started_by = p_worker, last_status = 'running'
+         WHERE relid = p_relid;
+        verdict := 'start';
+        round_started := started;
+        RETURN;
+    END IF;
+    IF s.due_at = p_due AND others > 0 THEN
+        verdict := 'join';
+        round_started := s.started_at;
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
+    verdict := 'done';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl.worker_end_run(p_relid oid, p_due timestamptz, p_status text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE ttl.worker_schedule SET finished_at = pg_catalog.clock_timestamp(), last_status = p_status
+     WHERE relid = p_relid AND due_at = p_due;
+    PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl.worker_heartbeat(p_name text, p_host text, p_pid integer, p_version text,
+                                                p_state text, p_tables integer) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.worker AS w (name, host, pid, version, state, tables)
+    VALUES (p_name, p_host, p_pid, p_version, p_state, p_tables)
+    ON CONFLICT (name) DO UPDATE
+       SET heartbeat_at = pg_catalog.now(), state = excluded.state, tables = excluded.tables,
+           host = excluded.host, pid = excluded.pid, version = excluded.version,
+           started_at = CASE WHEN w.pid <> excluded.pid THEN pg_catalog.now() ELSE w.started_at END
+$fn$;
