@@ -28,7 +28,7 @@ AS $fn$
     SELECT ARRAY['expire_after', 'column', 'expiration_expression', 'unit', 'job_cron',
                  'job_cron_override', 'select_batch_size', 'delete_batch_size',
                  'select_rate_limit', 'delete_rate_limit', 'pause', 'partition_action',
-                 'detach_schema']
+                 'detach_schema', 'strict', 'partition_ignore_value_ttl', 'value_ttl_overrides_table_ttl']
 $fn$;
 
 -- Types a TTL column may have; numeric ones hold Unix time and need ttl_unit.
@@ -190,7 +190,9 @@ BEGIN
     END IF;
 
     IF NEW.expiration_expression IS NOT NULL THEN
-        IF NEW.expire_after IS NOT NULL THEN
+        -- Per-row TTL (sql/70_row_ttl.sql): the expression is the added expiry
+        -- column and expire_after the default TTL of new rows.
+        IF NEW.expire_after IS NOT NULL AND NEW.row_expiry_attnum IS NULL THEN
             RAISE EXCEPTION 'table %: "ttl_expire_after" does not apply with "ttl_expiration_expression"', tbl
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'The expression gives the expiry time itself; reset one of the two.';
@@ -233,7 +235,9 @@ BEGIN
         END IF;
         NEW.ttl_atttypid := typ;
     ELSE
-        -- Only expire_after: per-row expiry counted from write time.
+        -- Only expire_after: per-row expiry counted from write time. The
+        -- a_row_ttl trigger (sql/70_row_ttl.sql) runs first and turns this into
+        -- an expression on the added expiry column, so this is not reached.
         RAISE EXCEPTION 'table %: "ttl_expire_after" without "ttl_column" (expiry counted from write time) is not yet supported', tbl
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Set "ttl_column" to a timestamp column, or use "ttl_expiration_expression".';
