@@ -91,6 +91,9 @@ BEGIN
         WHEN 'pause' THEN p.paused := ttl._to_bool(option, value);
         WHEN 'partition_action' THEN p.partition_action := lower(btrim(value));
         WHEN 'detach_schema' THEN p.detach_schema := value;
+        WHEN 'strict' THEN p.strict_visibility := ttl._to_bool(option, value);
+        WHEN 'partition_ignore_value_ttl' THEN p.partition_ignore_value_ttl := ttl._to_bool(option, value);
+        WHEN 'value_ttl_overrides_table_ttl' THEN p.value_ttl_overrides_table_ttl := ttl._to_bool(option, value);
         ELSE
             RAISE EXCEPTION 'unknown TTL option %', ttl._option_label(option)
                 USING ERRCODE = 'invalid_parameter_value',
@@ -126,10 +129,12 @@ BEGIN
     ELSE
         UPDATE ttl.policy SET (ttl_attnum, ttl_atttypid, expiration_expression, expire_after, unit, job_cron,
                                job_cron_override, select_batch_size, delete_batch_size, select_rate_limit,
-                               delete_rate_limit, paused, partition_action, detach_schema)
+                               delete_rate_limit, paused, partition_action, detach_schema,
+                               strict_visibility, partition_ignore_value_ttl, value_ttl_overrides_table_ttl)
             = (p.ttl_attnum, p.ttl_atttypid, p.expiration_expression, p.expire_after, p.unit, p.job_cron,
                p.job_cron_override, p.select_batch_size, p.delete_batch_size, p.select_rate_limit,
-               p.delete_rate_limit, p.paused, p.partition_action, p.detach_schema)
+               p.delete_rate_limit, p.paused, p.partition_action, p.detach_schema,
+               p.strict_visibility, p.partition_ignore_value_ttl, p.value_ttl_overrides_table_ttl)
          WHERE relid = p.relid;
     END IF;
     -- Wake up workers (they also poll).
@@ -261,6 +266,9 @@ BEGIN
             WHEN 'pause' THEN p.paused := d.paused;
             WHEN 'partition_action' THEN p.partition_action := d.partition_action;
             WHEN 'detach_schema' THEN p.detach_schema := NULL;
+            WHEN 'strict' THEN p.strict_visibility := false;
+            WHEN 'partition_ignore_value_ttl' THEN p.partition_ignore_value_ttl := false;
+            WHEN 'value_ttl_overrides_table_ttl' THEN p.value_ttl_overrides_table_ttl := false;
             ELSE
                 RAISE EXCEPTION 'unknown TTL option %', ttl._option_label(opt)
                     USING ERRCODE = 'invalid_parameter_value',
@@ -372,11 +380,18 @@ BEGIN
             ('ttl_pause', p.paused::text),
             ('ttl_partition_action', p.partition_action),
             ('ttl_detach_schema', p.detach_schema::text),
+            ('ttl_strict', p.strict_visibility::text),
+            ('ttl_partition_ignore_value_ttl', p.partition_ignore_value_ttl::text),
+            ('ttl_value_ttl_overrides_table_ttl', p.value_ttl_overrides_table_ttl::text),
+            ('row_expiry_column', ttl._attname(p.relid, p.row_expiry_attnum)::text),
             ('created_at', p.created_at::text),
             ('updated_at', p.updated_at::text);
     END IF;
     RETURN QUERY
         SELECT format('column %I: ttl_expire_after', ttl._attname(c.relid, c.attnum)), c.expire_after::text
+          FROM ttl.column_policy c WHERE c.relid = tbl ORDER BY c.attnum;
+    RETURN QUERY
+        SELECT format('column %I: relative_to', ttl._attname(c.relid, c.attnum)), c.relative_to
           FROM ttl.column_policy c WHERE c.relid = tbl ORDER BY c.attnum;
 END
 $fn$;
