@@ -21,7 +21,14 @@ SELECT p.relid,
        p.detach_schema,
        (SELECT count(*) FROM ttl.column_policy cp WHERE cp.relid = p.relid) AS column_policies,
        p.created_at,
-       p.updated_at
+       p.updated_at,
+       p.strict_visibility AS strict,
+       p.partition_ignore_value_ttl,
+       p.value_ttl_overrides_table_ttl,
+       (SELECT x.attname FROM pg_catalog.pg_attribute x
+         WHERE x.attrelid = p.relid AND x.attnum = p.row_expiry_attnum AND NOT x.attisdropped) AS row_expiry_column,
+       (SELECT x.attname FROM pg_catalog.pg_attribute x
+         WHERE x.attrelid = p.relid AND x.attnum = p.row_write_attnum AND NOT x.attisdropped) AS row_write_column
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -34,7 +41,10 @@ SELECT cp.relid,
        a.attname                AS column_name,
        cp.expire_after,
        cp.created_at,
-       cp.updated_at
+       cp.updated_at,
+       cp.relative_to,
+       (SELECT x.attname FROM pg_catalog.pg_attribute x
+         WHERE x.attrelid = cp.relid AND x.attnum = cp.track_attnum AND NOT x.attisdropped) AS tracking_column
   FROM ttl.column_policy cp
   JOIN pg_catalog.pg_attribute a ON a.attrelid = cp.relid AND a.attnum = cp.attnum;
 
