@@ -12,12 +12,41 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
+# Per-row TTL ("ttl_expire_after" without "ttl_column") adds two columns to the
+# user's table: the row's absolute expiry and its last write time. The policy
+# remembers their attnums so that disabling removes exactly what was added.
+# A column TTL counts from the table's TTL base ('row') or from the value's own
+# write time ('write'); the latter adds one tstzrange column per TTL'd column,
+# [write time, expiry), kept by a DEFAULT and an UPDATE OF trigger.
 UPGRADE = """
-SELECT 1
+ALTER TABLE ttl.policy
+    ADD COLUMN row_expiry_attnum smallint,
+    ADD COLUMN row_write_attnum smallint,
+    ADD COLUMN strict_visibility boolean NOT NULL DEFAULT false,
+    ADD COLUMN strict_enabled_rls boolean NOT NULL DEFAULT false,
+    ADD COLUMN partition_ignore_value_ttl boolean NOT NULL DEFAULT false,
+    ADD COLUMN value_ttl_overrides_table_ttl boolean NOT NULL DEFAULT false;
+
+ALTER TABLE ttl.column_policy
+    ADD COLUMN relative_to text,
+    ADD COLUMN track_attnum smallint,
+    ADD CONSTRAINT column_policy_relative_to CHECK (relative_to IN ('row', 'write'));
 """
 
 DOWNGRADE = """
-SELECT 1
+-- The views read the new columns; the code layer recreates them at head.
+DROP VIEW IF EXISTS ttl.policies, ttl.column_policies;
+ALTER TABLE ttl.column_policy
+    DROP CONSTRAINT column_policy_relative_to,
+    DROP COLUMN track_attnum,
+    DROP COLUMN relative_to;
+ALTER TABLE ttl.policy
+    DROP COLUMN value_ttl_overrides_table_ttl,
+    DROP COLUMN partition_ignore_value_ttl,
+    DROP COLUMN strict_enabled_rls,
+    DROP COLUMN strict_visibility,
+    DROP COLUMN row_write_attnum,
+    DROP COLUMN row_expiry_attnum;
 """
 
 
