@@ -1,0 +1,25 @@
+"""The expiration engine: partition-wise, two-phase, resumable row expiry.
+
+Public API (used by the CLI, the worker and the bench):
+
+- ``expire(dsn, tables=None, *, stop=None, progress=None, worker=None)``: one pass.
+- ``plan(conn, table=None)``: dry run, per unit what would go; changes nothing.
+- ``oldest_expired(conn, relid)``: expiry time of the oldest expired row still present.
+"""
+
+from pg_ttl.expire.context import ProgressListener, UnitContext, UnitResult
+from pg_ttl.expire.engine import UNIT_HOOKS, EngineError, TableResult, expire
+from pg_ttl.expire.plan import UnitPlan, oldest_expired, plan
+
+__all__ = [
+    "UNIT_HOOKS",
+    "EngineError",
+    "ProgressListener",
+    "TableResult",
+    "UnitContext",
+    "UnitPlan",
+    "UnitResult",
+    "expire",
+    "oldest_expired",
+    "plan",
+]

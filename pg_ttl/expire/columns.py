@@ -1,0 +1,131 @@
+"""Column TTL in the engine: expired values become NULL (or the column DEFAULT); rows stay.
+
+Each batch is one statement on one leaf partition (``ttl.null_expired_values``
+in sql/70_row_ttl.sql): it takes at most ``delete_batch_size`` due rows
+``FOR UPDATE SKIP LOCKED`` and re-checks the expiry in the UPDATE itself, so a
+value rewritten in between is kept and the engine never waits on an
+application's row lock. Rows that are not due are never written.
+
+Two entry points: a unit hook (tables with a table TTL: after a unit's expired
+rows are deleted, its expired values are nulled while the unit is still
+claimed) and :func:`expire_column_only` for tables that have column TTLs only.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pg_ttl.expire import claims, history
+from pg_ttl.expire.context import RateLimiter, UnitContext
+from pg_ttl.expire.engine import UNIT_HOOKS, TableResult
+
+COLUMNS = """
+SELECT a.attname FROM ttl.column_policy cp
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = cp.relid AND a.attnum = cp.attnum AND NOT a.attisdropped
+ WHERE cp.relid = %s ORDER BY cp.attnum
+"""
+NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s)"
+ACCOUNT = "UPDATE ttl.run_unit SET values_nulled = values_nulled + %s WHERE run_id = %s AND unit_relid = %s"
+ROW_ESTIMATE = "SELECT greatest(c.reltuples, 0)::int8 FROM pg_catalog.pg_class c WHERE c.oid = %s"
+# Tables with column TTLs and no table TTL (the unit hook covers the others).
+COLUMN_ONLY = """
+SELECT DISTINCT cp.relid, n.nspname, c.relname
+  FROM ttl.column_policy cp
+  JOIN pg_catalog.pg_class c ON c.oid = cp.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = cp.relid)
+   AND (%s::oid[] IS NULL OR cp.relid = ANY(%s::oid[]))
+ ORDER BY n.nspname, c.relname
+"""
+LEAVES = """
+SELECT t.relid, n.nspname, c.relname FROM pg_catalog.pg_partition_tree(%s::oid::regclass) t
+  JOIN pg_catalog.pg_class c ON c.oid = t.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE t.isleaf AND c.relkind = 'r'
+ ORDER BY c.relname
+"""
+
+
+def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
+                 cutoff: datetime, *, run_id: int | None = None, stop: threading.Event | None = None,
+                 limiter: RateLimiter | None = None) -> int:
+    """Null the expired values of every TTL'd column of one table or leaf partition.
+
+    Returns the number of values changed. ``conn`` is in autocommit mode: each
+    batch (and its accounting in ``ttl.run_unit``) is one short transaction.
+    """
+    total = 0
+    row = conn.execute(ROW_ESTIMATE, (unit_relid,)).fetchone()
+    # A NOT NULL column whose volatile DEFAULT keeps it "different from the default"
+    # would be picked again and again: a unit never needs more batches than rows.
+    max_batches = math.ceil(max(int(row[0]) if row else 0, batch_size) / batch_size) + 1
+    for (column,) in conn.execute(COLUMNS, (table_relid,)).fetchall():
+        for _ in range(max_batches):
+            if stop is not None and stop.is_set():
+                return total
+            with conn.transaction():
+                done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, batch_size, cutoff)).fetchone()
+                n = int(done[0]) if done else 0
+                if run_id is not None and n:
+                    conn.execute(ACCOUNT, (n, run_id, unit_relid))
+            total += n
+            if limiter is not None:
+                limiter.add(n)
+            if n < batch_size:
+                break
+    return total
+
+
+def unit_hook(ctx: UnitContext) -> None:
+    """After a unit's expired rows are deleted: its expired column values."""
+    ctx.extra["values_nulled"] = null_expired(
+        ctx.conn, ctx.policy.relid, ctx.unit.relid, ctx.policy.delete_batch_size, ctx.pred.cutoff,
+        run_id=ctx.run_id, stop=ctx.stop, limiter=ctx.delete_limiter)
+
+
+def register() -> None:
+    if unit_hook not in UNIT_HOOKS:
+        UNIT_HOOKS.append(unit_hook)
+
+
+def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | None, cutoff: datetime,
+                       stop: threading.Event | None = None, worker: str | None = None,
+                       batch_size: int = 1000) -> list[TableResult]:
+    """One pass over the tables that have column TTLs but no table TTL, partition by partition."""
+    results: list[TableResult] = []
+    for relid, schema, relname in conn.execute(COLUMN_ONLY, (list(relids) if relids is not None else None,
+                                                             list(relids) if relids is not None else None)).fetchall():
+        name = f"{schema}.{relname}" if schema != "public" else str(relname)
+        started = time.monotonic()
+        result = TableResult(name, history.start_run(conn, relid, name, worker, cutoff), "ok")
+        assert result.run_id is not None
+        for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, (relid,)).fetchall():
+            leaf_label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
+            if not claims.try_claim(conn, leaf):
+                history.start_unit(conn, result.run_id, leaf, leaf_label, "skip", None, None)
+                history.finish_unit(conn, result.run_id, leaf, "skipped", "busy: another run is working on it")
+                result.status = "partial"
+                continue
+            try:
+                history.start_unit(conn, result.run_id, leaf, leaf_label, "delete", None, None)
+                null_expired(conn, relid, leaf, batch_size, cutoff, run_id=result.run_id, stop=stop)
+                history.finish_unit(conn, result.run_id, leaf, "ok", None)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+                history.finish_unit(conn, result.run_id, leaf, "timeout", str(exc).splitlines()[0])
+                result.status = "partial"
+            finally:
+                claims.release(conn, leaf)
+        history.finish_run(conn, result.run_id, result.status, None)
+        result.duration = time.monotonic() - started
+        results.append(result)
+    return results
+
+
+register()

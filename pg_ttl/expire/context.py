@@ -1,0 +1,108 @@
+"""What one unit of work needs: connection, policy, predicate, limits, listeners."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+
+from pg_ttl.expire.predicate import EnginePolicy, Predicate
+from pg_ttl.expire.units import Unit
+
+
+@dataclass
+class UnitResult:
+    """One leaf partition (or the table itself)."""
+
+    table: str
+    unit: str
+    action: str  # 'delete' | 'drop' | 'detach' | 'skip'
+    rows_selected: int
+    rows_deleted: int
+    status: str  # 'ok' | 'partial' | 'timeout' | 'failed' | 'skipped'
+    error: str | None
+    duration: float
+    strategy: str | None = None  # 'index' | 'ctid' for row deletion
+    relid: int | None = None
+
+
+class ProgressListener(Protocol):
+    """Callbacks of a run (the CLI draws progress bars, the worker counts metrics)."""
+
+    def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None: ...
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None: ...
+
+    def unit_finished(self, result: UnitResult) -> None: ...
+
+
+class NullProgress:
+    def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
+        pass
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        pass
+
+    def unit_finished(self, result: UnitResult) -> None:
+        pass
+
+
+@dataclass
+class EngineSettings:
+    lock_timeout: str = "1s"
+    statement_timeout: str = "30s"
+    row_lock_timeout: str = "50ms"
+
+    @classmethod
+    def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
+        values = dict(conn.execute("SELECT name, value FROM ttl.settings").fetchall())
+        return cls(
+            lock_timeout=str(values.get("lock_timeout", cls.lock_timeout)),
+            statement_timeout=str(values.get("statement_timeout", cls.statement_timeout)),
+            row_lock_timeout=str(values.get("row_lock_timeout", cls.row_lock_timeout)),
+        )
+
+
+class RateLimiter:
+    """At most ``rate`` rows per second per table; waits between transactions only."""
+
+    def __init__(self, rate: int, stop: threading.Event | None) -> None:
+        self.rate = rate
+        self.stop = stop
+        self.count = 0
+        self.start = time.monotonic()
+
+    def add(self, rows: int) -> None:
+        if self.rate <= 0 or rows <= 0:
+            return
+        self.count += rows
+        delay = self.start + self.count / self.rate - time.monotonic()
+        if delay > 0:
+            if self.stop is not None:
+                self.stop.wait(delay)
+            else:
+                time.sleep(delay)
+
+
+@dataclass
+class UnitContext:
+    conn: psycopg.Connection[Any]  # autocommit: one statement = one short transaction
+    policy: EnginePolicy
+    pred: Predicate
+    unit: Unit
+    run_id: int
+    settings: EngineSettings
+    progress: ProgressListener
+    select_limiter: RateLimiter
+    delete_limiter: RateLimiter
+    stop: threading.Event | None = None
+    checkpoint: dict[str, Any] | None = None
+    selected: int = 0
+    deleted: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()

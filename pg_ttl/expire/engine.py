@@ -1,0 +1,246 @@
+"""One expiration pass: tables -> units -> batches, with claims, history and limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors
+
+from pg_ttl.expire import claims, history, partitions, rows
+from pg_ttl.expire.context import (
+    EngineSettings,
+    NullProgress,
+    ProgressListener,
+    RateLimiter,
+    UnitContext,
+    UnitResult,
+)
+from pg_ttl.expire.predicate import EnginePolicy, build_predicate, load_policies
+from pg_ttl.expire.units import Unit, list_units
+
+
+class EngineError(Exception):
+    """A condition a user can fix (standby, unknown table, not installed)."""
+
+
+@dataclass
+class TableResult:
+    table: str
+    run_id: int | None
+    status: str  # 'ok' | 'partial' | 'failed' | 'paused' | 'busy'
+    units: list[UnitResult] = field(default_factory=list)
+    rows_selected: int = 0
+    rows_deleted: int = 0
+    partitions_dropped: int = 0
+    partitions_detached: int = 0
+    duration: float = 0.0
+    error: str | None = None
+
+
+# Extra work per row-deletion unit, run after its rows are deleted while the
+# unit is still claimed (column nulling registers itself here).
+UnitHook = Callable[[UnitContext], None]
+UNIT_HOOKS: list[UnitHook] = []
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    """An engine session: autocommit (each statement is one short transaction), UTC,
+    statement_timeout and the short row lock_timeout on every transaction."""
+    conn = psycopg.connect(dsn, autocommit=True, application_name="pg-ttl engine")
+    try:
+        check_primary(conn)
+        if conn.execute("SELECT pg_catalog.to_regclass('ttl.run')").fetchone() == (None,):
+            raise EngineError("pg_ttl (with the engine tables) is not installed in this database "
+                              "(run: pg-ttl install)")
+        settings = EngineSettings.load(conn)
+        conn.execute(
+            "SELECT pg_catalog.set_config('TimeZone', 'UTC', false), "
+            "pg_catalog.set_config('statement_timeout', %s, false), "
+            "pg_catalog.set_config('lock_timeout', %s, false)",
+            (settings.statement_timeout, settings.lock_timeout))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def check_primary(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()
+    if row and row[0]:
+        raise EngineError("this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows "
+                          "only on the primary; point --dsn at the primary")
+
+
+def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list[int]:
+    relids: list[int] = []
+    for name in tables:
+        row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
+        if row is None or row[0] is None:
+            raise EngineError(f'table "{name}" does not exist')
+        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s", (row[0],)).fetchone() is None:
+            raise EngineError(f'table "{name}" has no TTL policy (enable one with ttl.enable)')
+        relids.append(int(row[0]))
+    return relids
+
+
+def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Event | None = None,
+           progress: ProgressListener | None = None, worker: str | None = None,
+           cutoff: datetime | None = None) -> list[TableResult]:
+    """One pass over ``tables`` (None: every policy). ``stop`` set: finish the current batch, return.
+
+    The cutoff is the server's ``now()``, taken once. ``cutoff`` may set an
+    earlier one (tests, a cautious catch-up); never a later one: nothing is
+    deleted before it expires.
+    """
+    with connect(dsn) as conn:
+        relids = resolve_tables(conn, tables) if tables is not None else None  # the user's search_path
+        conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+        row = conn.execute("SELECT now(), %s::timestamptz > now()", (cutoff,)).fetchone()
+        assert row is not None
+        if row[1]:
+            raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
+        cutoff = cutoff or row[0]  # once per run, from the server clock
+        assert cutoff is not None
+        settings = EngineSettings.load(conn)
+        results: list[TableResult] = []
+        for policy in load_policies(conn, relids):
+            if stop is not None and stop.is_set():
+                break
+            results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
+                                        progress=progress or NullProgress(), worker=worker))
+        history.prune(conn)
+        return results
+
+
+def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
+                 *, stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> TableResult:
+    started = time.monotonic()
+    if policy.paused:
+        reason = f"paused (SELECT ttl.resume('{policy.name}') to resume)"
+        run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason)
+        conn.execute("UPDATE ttl.run SET finished_at = clock_timestamp() WHERE run_id = %s", (run_id,))
+        return TableResult(policy.name, run_id, "paused", error=reason)
+    pred = build_predicate(conn, policy, cutoff)
+    conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
+    result = TableResult(policy.name, None, "ok")
+    try:
+        result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
+        select_limiter = RateLimiter(policy.select_rate_limit, stop)
+        delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
+        for unit in list_units(conn, policy, pred):
+            if stop is not None and stop.is_set():
+                result.status = "partial"
+                break
+            ctx = UnitContext(conn, policy, pred, unit, result.run_id, settings, progress,
+                              select_limiter, delete_limiter, stop)
+            unit_result = run_unit(ctx)
+            result.units.append(unit_result)
+            progress.unit_finished(unit_result)
+        _summarise(result)
+        history.finish_run(conn, result.run_id, result.status, result.error)
+    except psycopg.Error as exc:
+        if conn.broken:
+            raise
+        result.status, result.error = "failed", _message(exc)
+        if result.run_id is not None:
+            history.finish_run(conn, result.run_id, "failed", result.error)
+    finally:
+        conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+    result.duration = time.monotonic() - started
+    return result
+
+
+def _summarise(result: TableResult) -> None:
+    units = result.units
+    result.rows_selected = sum(u.rows_selected for u in units)
+    result.rows_deleted = sum(u.rows_deleted for u in units)
+    result.partitions_dropped = sum(1 for u in units if u.action == "drop" and u.status == "ok")
+    result.partitions_detached = sum(1 for u in units if u.action == "detach" and u.status == "ok")
+    statuses = {u.status for u in units}
+    if "failed" in statuses:
+        result.status = "failed"
+        result.error = next(u.error for u in units if u.status == "failed")
+    elif units and statuses == {"skipped"}:
+        result.status = "busy"
+    elif result.status == "ok" and statuses - {"ok"}:
+        result.status = "partial"
+
+
+def run_unit(ctx: UnitContext) -> UnitResult:
+    unit, conn = ctx.unit, ctx.conn
+    started = time.monotonic()
+    res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
+    if not claims.try_claim(conn, unit.relid):
+        res.action, res.status, res.error = "skip", "skipped", "busy: another run is working on it"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
+        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
+        return res
+    try:
+        _do_unit(ctx, res)
+    except rows.UnitTimeout as exc:
+        res.status, res.error = "timeout", str(exc)
+    except errors.LockNotAvailable as exc:
+        res.status, res.error = "timeout", f"lock_timeout ({ctx.settings.lock_timeout}) reached: {_message(exc)}"
+    except errors.QueryCanceled as exc:
+        res.status, res.error = "timeout", f"statement_timeout ({ctx.settings.statement_timeout}) reached: " \
+            f"{_message(exc)}"
+    except psycopg.Error as exc:
+        if conn.broken:
+            raise
+        res.status, res.error = "failed", _message(exc)
+    finally:
+        if not conn.broken:
+            if res.status in ("timeout", "failed"):
+                history.finish_unit(conn, ctx.run_id, unit.relid, res.status, res.error)
+            claims.release(conn, unit.relid)
+    res.rows_selected, res.rows_deleted = ctx.selected, ctx.deleted
+    res.duration = time.monotonic() - started
+    return res
+
+
+def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
+    unit, conn, policy = ctx.unit, ctx.conn, ctx.policy
+    if unit.action == "delete":
+        ctx.checkpoint = history.take_over(conn, unit.relid)
+        res.strategy = rows.choose_strategy(ctx)
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "delete", res.strategy, ctx.checkpoint)
+        ctx.progress.unit_started(policy.name, unit.name, "delete", estimate_expired(ctx))
+        res.status = rows.delete_rows(ctx, res.strategy)
+        if res.status == "ok":
+            for hook in UNIT_HOOKS:
+                hook(ctx)
+        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
+    else:
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, None)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
+        if unit.action == "drop":
+            partitions.drop_partition(ctx)
+        else:
+            res.strategy = partitions.detach_partition(ctx)
+
+
+def estimate_expired(ctx: UnitContext) -> int | None:
+    """The planner's estimate of the unit's expired rows, for progress bars (no scan)."""
+    from psycopg import sql
+
+    query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM ONLY {} WHERE {}").format(ctx.unit.ident, ctx.pred.expired)
+    try:
+        row = ctx.conn.execute(query).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0][0]["Plan"]["Plan Rows"]) if row else None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return exc.diag.message_primary
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+__all__ = ["UNIT_HOOKS", "EngineError", "TableResult", "Unit", "expire"]

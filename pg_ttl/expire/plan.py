@@ -1,0 +1,100 @@
+"""Dry run (``pg-ttl plan``) and the lag metric; both only read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pg_ttl.expire.context import EngineSettings
+from pg_ttl.expire.engine import resolve_tables
+from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expires_at, load_policies
+from pg_ttl.expire.units import Unit, list_units
+
+
+@dataclass
+class UnitPlan:
+    table: str
+    unit: str
+    action: str  # 'delete' | 'drop' | 'detach'
+    rows: int  # rows that would go
+    total_rows: int  # rows in the unit now
+    oldest_expiry: datetime | None  # of the rows that would go
+    bytes_reclaimed: int  # estimate: the whole relation for drop/detach, the expired share of it otherwise
+    bound: str | None = None
+    paused: bool = False
+
+
+@contextmanager
+def _reading(conn: psycopg.Connection[Any]) -> Iterator[datetime]:
+    """A transaction with the engine's session rules (UTC, timeouts); yields its now()."""
+    settings = EngineSettings.load(conn)
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true), "
+            "pg_catalog.set_config('statement_timeout', %s, true), pg_catalog.set_config('lock_timeout', %s, true)",
+            (settings.statement_timeout, settings.lock_timeout)).fetchone()
+        assert row is not None
+        yield row[0]
+
+
+def _min_expiry(policy: EnginePolicy, pred: Predicate) -> sql.Composable:
+    if pred.column is None:
+        assert policy.expression is not None
+        return sql.SQL("min(({}))").format(sql.SQL(policy.expression))
+    return expires_at(policy, sql.SQL("min({})").format(pred.column))
+
+
+def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPlan]:
+    """Per unit: what a run now would remove. Changes nothing."""
+    out: list[UnitPlan] = []
+    with _reading(conn) as cutoff:
+        relids = resolve_tables(conn, [table]) if table is not None else None
+        for policy in load_policies(conn, relids):
+            pred = build_predicate(conn, policy, cutoff)
+            conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+            for unit in list_units(conn, policy, pred):
+                out.append(_plan_unit(conn, policy, pred, unit))
+    return out
+
+
+def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, unit: Unit) -> UnitPlan:
+    whole = unit.action != "delete"
+    condition = sql.SQL("true") if whole else pred.expired
+    only = sql.SQL("") if whole else sql.SQL("ONLY ")
+    query = sql.SQL(
+        "SELECT count(*) FILTER (WHERE {cond}), count(*), (SELECT {oldest} FROM {only}{t} WHERE {cond}),"
+        " (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(p.relid)),"
+        "                  pg_catalog.pg_total_relation_size({oid}::regclass))"
+        "    FROM pg_catalog.pg_partition_tree({oid}::regclass) p WHERE p.isleaf)"
+        " FROM {only}{t}"
+    ).format(cond=condition, oldest=_min_expiry(policy, pred), only=only, t=unit.ident,
+             oid=sql.Literal(unit.relid))
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    rows, total, oldest, size = int(row[0]), int(row[1]), row[2], int(row[3])
+    reclaimed = size if whole else (size * rows // total if total else 0)
+    return UnitPlan(policy.name, unit.name, unit.action, rows, total, oldest, reclaimed, unit.bound, policy.paused)
+
+
+def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None:
+    """Expiry time of the oldest expired row still present (None: nothing expired).
+
+    For column policies ``min(col)`` under ``col <= threshold`` is one index
+    probe per partition when the column is indexed.
+    """
+    with _reading(conn) as cutoff:
+        policies = load_policies(conn, [relid])
+        if not policies:
+            return None
+        policy = policies[0]
+        pred = build_predicate(conn, policy, cutoff)
+        conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(policy, pred), policy.ident, pred.expired)
+        row = conn.execute(query).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,329 @@
+"""Engine: expiry semantics of row deletion (every type and unit, NULL, the exact
+boundary, re-check race, application row locks, timeouts, history, pause)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+from pg_ttl.expire import expire, oldest_expired, plan
+from pg_ttl.expire import rows as rows_mod
+from pg_ttl.expire.engine import EngineError
+
+# A fixed cutoff in the past gives an exact boundary (the real one is now()).
+C = datetime(2026, 3, 31, 0, 0, tzinfo=UTC)
+EPOCH_DAY_BEFORE = int(datetime(2026, 3, 30, tzinfo=UTC).timestamp())  # C - 1 day, Unix seconds
+
+
+def _ids(db: psycopg.Connection[Any], table: str = "t") -> list[int]:
+    db.rollback()
+    return [r[0] for r in db.execute(f"SELECT id FROM {table} ORDER BY id").fetchall()]
+
+
+def _make(db: psycopg.Connection[Any], coltype: str, rows: list[tuple[int, Any]], enable: str,
+          index: bool = False) -> None:
+    db.execute(f"CREATE TABLE t (id int PRIMARY KEY, v {coltype})")
+    if index:
+        db.execute("CREATE INDEX ON t (v)")
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO t VALUES (%s, %s::{coltype})", rows)
+    db.execute(enable)
+    db.commit()
+
+
+# (column type, unit, rows as (id, value): ids < 10 expire at C exactly or earlier, ids >= 10 stay)
+CASES = {
+    "timestamptz": ("timestamptz", None, [(1, "2026-03-30 00:00:00+00"), (2, "2026-03-29 23:59:59.999999+00"),
+                                          (10, "2026-03-30 00:00:00.000001+00"), (11, None)]),
+    # read as UTC whatever the session's TimeZone (the test database runs Asia/Kolkata)
+    "timestamp": ("timestamp", None, [(1, "2026-03-30 00:00:00"), (2, "2026-01-01 00:00:00"),
+                                      (10, "2026-03-30 00:00:00.000001"), (11, None)]),
+    "date": ("date", None, [(1, "2026-03-30"), (2, "2020-01-01"), (10, "2026-03-31"), (11, None)]),
+    "int seconds": ("integer", "seconds", [(1, EPOCH_DAY_BEFORE), (2, 0), (10, EPOCH_DAY_BEFORE + 1), (11, None)]),
+    "bigint seconds": ("bigint", "seconds", [(1, EPOCH_DAY_BEFORE), (10, EPOCH_DAY_BEFORE + 1), (11, None)]),
+    "bigint ms": ("bigint", "milliseconds", [(1, EPOCH_DAY_BEFORE * 1000), (10, EPOCH_DAY_BEFORE * 1000 + 1),
+                                             (11, None)]),
+    "bigint us": ("bigint", "microseconds", [(1, EPOCH_DAY_BEFORE * 10**6), (10, EPOCH_DAY_BEFORE * 10**6 + 1),
+                                             (11, None)]),
+    "bigint ns": ("bigint", "nanoseconds", [(1, EPOCH_DAY_BEFORE * 10**9), (2, EPOCH_DAY_BEFORE * 10**9 - 1),
+                                            (10, EPOCH_DAY_BEFORE * 10**9 + 1), (11, None)]),
+    "numeric seconds": ("numeric", "seconds", [(1, Decimal(EPOCH_DAY_BEFORE)), (2, Decimal(EPOCH_DAY_BEFORE) - Decimal("0.5")),
+                                               (10, Decimal(EPOCH_DAY_BEFORE) + Decimal("0.000001")), (11, None)]),
+    "numeric ns": ("numeric", "nanoseconds", [(1, Decimal(EPOCH_DAY_BEFORE * 10**9)),
+                                              (10, Decimal(EPOCH_DAY_BEFORE * 10**9) + Decimal("0.5")), (11, None)]),
+}
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["ctid", "index"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_types_and_units_boundary_null(db: psycopg.Connection[Any], dsn: str, case: str, index: bool) -> None:
+    coltype, unit, rows = CASES[case]
+    db.execute(f"ALTER DATABASE {db.info.dbname} SET timezone = 'Asia/Kolkata'")
+    unit_arg = f", unit => '{unit}'" if unit else ""
+    _make(db, coltype, rows, f"SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v'{unit_arg})",
+          index=index)
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok"
+    assert res.units[0].strategy == ("index" if index else "ctid")
+    expected = sorted(i for i, _ in rows if i >= 10)
+    assert _ids(db) == expected
+    assert res.rows_deleted == len(rows) - len(expected)
+
+
+def test_month_interval_uses_calendar_months(db: psycopg.Connection[Any], dsn: str) -> None:
+    # 2026-02-28 + 1 month = 03-28 <= C; 02-28 + 1 month + 1us > ... ; 03-01 + 1 month = 04-01 > C
+    rows = [(1, "2026-02-28 00:00:00+00"), (2, "2026-03-01 00:00:00+00"), (3, "2026-02-28 23:59:59+00"),
+            (4, "2026-03-02 00:00:00+00")]
+    _make(db, "timestamptz", rows, "SELECT ttl.enable('t', expire_after => '1 month', column_name => 'v')", True)
+    # C = 03-31: 02-28 and its evening expire (03-28); 03-01 + 1 month = 04-01 stays; so does 03-02
+    expire(dsn, cutoff=C)
+    assert _ids(db) == [2, 4]
+
+
+def test_expression_policy_boundary_and_null(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz, days int)")
+    db.execute("""INSERT INTO t VALUES (1, '2026-03-30 00:00+00', 1), (2, '2026-03-21 00:00+00', 10),
+                  (10, '2026-03-30 00:00:00.000001+00', 1), (11, '2026-03-22 00:00+00', 10),
+                  (12, NULL, 1), (13, '2020-01-01', NULL)""")
+    db.execute("SELECT ttl.enable('t', expiration_expression => 'v + days * interval ''1 day''')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok"
+    assert _ids(db) == [10, 11, 12, 13]
+
+
+def test_cutoff_is_server_now_and_never_later(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
+    # expiry 1 s after the insert: not expired at the run's now() taken right after
+    db.execute("INSERT INTO t VALUES (1, now() - interval '1 day' + interval '1 minute'), (2, now() - interval '2 days')")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
+    db.commit()
+    [res] = expire(dsn)
+    cutoff = db.execute("SELECT cutoff, cutoff <= now() FROM ttl.run").fetchone()
+    assert cutoff is not None and cutoff[1]
+    assert _ids(db) == [1] and res.rows_deleted == 1
+    with pytest.raises(EngineError, match="later than the server clock"):
+        expire(dsn, cutoff=datetime(2999, 1, 1, tzinfo=UTC))
+
+
+def _big(db: psycopg.Connection[Any], n: int, index: bool, pk: bool = True) -> None:
+    db.execute(f"CREATE TABLE t (id int {'PRIMARY KEY' if pk else ''}, v timestamptz, pad text)")
+    if index:
+        db.execute("CREATE INDEX ON t (v)")
+    # odd ids expired (2020), even ids live (2030)
+    db.execute("""INSERT INTO t SELECT g, CASE WHEN g %% 2 = 1 THEN timestamptz '2020-01-01' + g * interval '1 s'
+                                                  ELSE timestamptz '2030-01-01' END, 'x'
+                    FROM generate_series(1, %s) g""", (n,))
+    db.execute("ANALYZE t")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', select_batch_size => 300,"
+               " delete_batch_size => 70)")
+    db.commit()
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["ctid", "index"])
+def test_batches_checkpoint_and_history(db: psycopg.Connection[Any], dsn: str, index: bool) -> None:
+    _big(db, 3000, index)
+    batches: list[tuple[int, int]] = []
+
+    class Listener:
+        def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
+            pass
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            batches.append((selected, deleted))
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    [res] = expire(dsn, progress=Listener())
+    assert res.rows_deleted == 1500 and res.rows_selected == 1500
+    assert len(batches) >= 1500 // 70 and all(d <= 70 + 10 for _, d in batches)  # ties/blocks: a few over
+    assert sum(d for _, d in batches) == 1500
+    assert db.execute("SELECT count(*), count(*) FILTER (WHERE id % 2 = 1) FROM t").fetchone() == (1500, 0)
+    unit = db.execute("SELECT status, rows_deleted, strategy, checkpoint FROM ttl.run_unit").fetchone()
+    assert unit == ("ok", 1500, "index" if index else "ctid", None)
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["ctid", "index"])
+def test_recheck_keeps_row_updated_between_phases(db: psycopg.Connection[Any], dsn: str, connect: Any,
+                                                  monkeypatch: pytest.MonkeyPatch, index: bool) -> None:
+    _big(db, 200, index)
+    other = connect()
+    original = rows_mod._delete_chunk
+    done: list[bool] = []
+
+    def between_phases(ctx: Any, chunk: Any) -> None:
+        if not done:  # phase 1 selected row 1 as a candidate; another session makes it live
+            other.execute("UPDATE t SET v = '2030-06-01' WHERE id IN (1, 3)")
+            done.append(True)
+        original(ctx, chunk)
+
+    monkeypatch.setattr(rows_mod, "_delete_chunk", between_phases)
+    [res] = expire(dsn)
+    assert done
+    assert res.rows_selected == 100 and res.rows_deleted == 98
+    assert [i for i in _ids(db) if i % 2 == 1] == [1, 3]
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["ctid", "index"])
+def test_row_locked_by_application_is_skipped_then_removed(db: psycopg.Connection[Any], dsn: str, connect: Any,
+                                                           index: bool) -> None:
+    _big(db, 2000, index)
+    app = connect(autocommit=False)
+    app.execute("SELECT * FROM t WHERE id = 501 FOR UPDATE")  # held until the end of the first run
+    started = time.monotonic()
+    [res] = expire(dsn)
+    elapsed = time.monotonic() - started
+    assert res.status == "ok"
+    assert res.rows_deleted == 999
+    assert elapsed < 2.0  # waits at most row_lock_timeout (50 ms) once, never on the application
+    assert [i for i in _ids(db) if i % 2 == 1] == [501]
+    app.rollback()
+    [res] = expire(dsn)
+    assert res.rows_deleted == 1
+    assert [i for i in _ids(db) if i % 2 == 1] == []
+
+
+def test_locked_row_updated_to_live_by_its_holder_survives(db: psycopg.Connection[Any], dsn: str,
+                                                           connect: Any) -> None:
+    _big(db, 100, True)
+    app = connect(autocommit=False)
+    app.execute("UPDATE t SET v = '2031-01-01' WHERE id = 7")  # not committed yet: row locked, still expired
+    [res] = expire(dsn)
+    app.commit()
+    assert res.rows_deleted == 49
+    assert [i for i in _ids(db) if i % 2 == 1] == [7]
+    [res] = expire(dsn)
+    assert res.rows_deleted == 0
+
+
+def test_table_lock_times_out_unit_without_failing_run(db: psycopg.Connection[Any], dsn: str,
+                                                       connect: Any) -> None:
+    _big(db, 100, False)
+    db.execute("CREATE TABLE t2 (id int PRIMARY KEY, v timestamptz)")
+    db.execute("INSERT INTO t2 VALUES (1, '2020-01-01')")
+    db.execute("SELECT ttl.enable('t2', expire_after => '1 day', column_name => 'v')")
+    db.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+    started = time.monotonic()
+    results = {r.table: r for r in expire(dsn)}
+    assert time.monotonic() - started < 2.0
+    app.rollback()
+    assert results["t"].status == "partial"
+    assert results["t"].units[0].status == "timeout" and "lock_timeout" in (results["t"].units[0].error or "")
+    assert results["t2"].status == "ok" and results["t2"].rows_deleted == 1
+    assert db.execute("SELECT u.status, u.error IS NOT NULL FROM ttl.run_unit u JOIN ttl.run r USING (run_id)"
+                      " WHERE r.table_name = 't'").fetchone() == ("timeout", True)
+
+
+def test_statement_timeout_is_set_and_recorded(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
+    db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 10) g")
+    # an expression that sleeps makes every statement slower than the 100 ms statement_timeout
+    db.execute("CREATE FUNCTION slow(ts timestamptz) RETURNS timestamptz LANGUAGE sql VOLATILE"
+               " AS $$ SELECT ts + (pg_sleep(0.05) IS NULL)::int * interval '0' $$")
+    db.execute("SELECT ttl.enable('t', expiration_expression => 'slow(v)')")
+    db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'statement_timeout'")
+    db.commit()
+    [res] = expire(dsn)
+    assert res.units[0].status == "timeout" and "statement_timeout" in (res.units[0].error or "")
+    assert res.status == "partial"
+    assert len(_ids(db)) == 10
+
+
+def test_paused_policy_is_skipped_with_reason(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big(db, 10, False)
+    db.execute("SELECT ttl.pause('t')")
+    db.commit()
+    [res] = expire(dsn)
+    assert res.status == "paused" and res.rows_deleted == 0
+    assert len(_ids(db)) == 10
+    run = db.execute("SELECT status, error, finished_at IS NOT NULL FROM ttl.run").fetchone()
+    assert run is not None and run[0] == "paused" and "paused" in run[1] and run[2]
+
+
+def test_rate_limit_waits_between_transactions(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big(db, 400, False)
+    db.execute("SELECT ttl.set_options('t', '{\"delete_rate_limit\": \"200\", \"delete_batch_size\": \"50\"}')")
+    db.commit()
+    started = time.monotonic()
+    [res] = expire(dsn)
+    elapsed = time.monotonic() - started
+    assert res.rows_deleted == 200
+    # 200 rows at 200 rows/s: the limiter sleeps after each batch until 1 s has passed
+    assert 0.9 <= elapsed < 2.0
+
+
+def test_stop_event_finishes_batch_and_resumes(db: psycopg.Connection[Any], dsn: str) -> None:
+    import threading
+
+    _big(db, 2000, False)
+    stop = threading.Event()
+
+    class StopAfterTwo:
+        n = 0
+
+        def unit_started(self, *a: Any) -> None:
+            pass
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            self.n += 1
+            if self.n == 2:
+                stop.set()
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    [res] = expire(dsn, stop=stop, progress=StopAfterTwo())
+    assert res.status == "partial" and 0 < res.rows_deleted < 1000
+    first = res.rows_deleted
+    cp = db.execute("SELECT checkpoint FROM ttl.run_unit").fetchone()
+    assert cp is not None and cp[0]["strategy"] == "ctid" and cp[0]["from"] != "(0,0)"
+    [res] = expire(dsn)
+    assert res.status == "ok" and res.rows_deleted == 1000 - first
+    assert db.execute("SELECT sum(rows_deleted) FROM ttl.run_unit").fetchone() == (1000,)
+
+
+def test_plan_changes_nothing_and_oldest_expired(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big(db, 1000, True)
+    relid = db.execute("SELECT 't'::regclass::oid").fetchone()
+    assert relid is not None
+    [p] = plan(db, "t")
+    assert (p.unit, p.action, p.rows, p.total_rows) == ("t", "delete", 500, 1000)
+    assert p.oldest_expiry == datetime(2020, 1, 2, 0, 0, 1, tzinfo=UTC)
+    assert 0 < p.bytes_reclaimed
+    assert oldest_expired(db, relid[0]) == datetime(2020, 1, 2, 0, 0, 1, tzinfo=UTC)
+    db.commit()
+    assert len(_ids(db)) == 1000 and db.execute("SELECT count(*) FROM ttl.run").fetchone() == (0,)
+    expire(dsn)
+    assert oldest_expired(db, relid[0]) is None
+
+
+def test_history_retention_keeps_latest_run_per_table(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big(db, 10, False)
+    expire(dsn)
+    expire(dsn)
+    db.execute("UPDATE ttl.run SET started_at = started_at - interval '40 days'")
+    db.commit()
+    expire(dsn)
+    # the two old runs: the older goes, the run before the newest is ... also old: only the newest stays old-proof
+    rows = db.execute("SELECT count(*) FROM ttl.run").fetchone()
+    assert rows == (1,)
+    last = db.execute("SELECT table_name, status, rows_deleted FROM ttl.last_run").fetchall()
+    assert last == [("t", "ok", 0)]
+
+
+def test_unknown_or_untracked_table_is_a_clear_error(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE plain (id int)")
+    db.commit()
+    with pytest.raises(EngineError, match='"nope" does not exist'):
+        expire(dsn, ["nope"])
+    with pytest.raises(EngineError, match='"plain" has no TTL policy'):
+        expire(dsn, ["plain"])
