@@ -160,7 +160,7 @@ def test_interval_forms_postgres_accepts_pass(value: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["", "  ", "banana", "30 dayz", "P", "PT", "1 day ago", "-1 hour",
-                                   "0", "0 seconds", "PT0S", "days", "P1H", "1 day; drop"])
+                                   "0", "0 seconds", "PT0S", "P1H", "1 day; drop", "1 (day)"])
 def test_interval_forms_refused(value: str) -> None:
     with pytest.raises(opts.OptionError):
         opts.check_interval("expire_after", value)

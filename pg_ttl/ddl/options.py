@@ -47,6 +47,9 @@ OPTIONS: dict[str, Kind] = {
     "pause": Kind.BOOL,
     "partition_action": Kind.PARTITION_ACTION,
     "detach_schema": Kind.SCHEMA,
+    "strict": Kind.BOOL,
+    "partition_ignore_value_ttl": Kind.BOOL,
+    "value_ttl_overrides_table_ttl": Kind.BOOL,
 }
 
 UNITS = ("seconds", "milliseconds", "microseconds", "nanoseconds")
@@ -153,7 +156,7 @@ _ISO_DESIGNATORS = re.compile(
     re.IGNORECASE,
 )
 _ISO_ALTERNATIVE = re.compile(r"P\d+-\d+-\d+(?:T\d+:\d+:\d+(?:\.\d+)?)?", re.IGNORECASE)
-_TOKEN = re.compile(r"\s*(?:(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+))(?P<rest>[-:]\d[\d:.]*)?|(?P<word>[A-Za-z@]+))")
+_TOKEN = re.compile(r"\s*(?:(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+))(?P<rest>[-:]\d[\d:.]*)?|(?P<word>[A-Za-z]+|@))")
 
 
 def interval_seconds(text: str) -> float | None:
@@ -174,9 +177,15 @@ def interval_seconds(text: str) -> float | None:
     while pos < len(s):
         m = _TOKEN.match(s, pos)
         if m is None:
-            if s[pos:].strip() == "":
+            rest = s[pos:].lstrip()
+            if not rest:
                 break
-            raise ValueError(f"unexpected {s[pos:].strip()[:10]!r}")
+            if rest[0] in ":-+./,":
+                # Stray punctuation: PostgreSQL's interval reader tolerates some ('0 :').
+                uncertain = True
+                pos = len(s) - len(rest) + 1
+                continue
+            raise ValueError(f"unexpected {rest[:10]!r}")
         pos = m.end()
         if m.group("num") is not None:
             if m.group("rest"):
@@ -197,7 +206,8 @@ def interval_seconds(text: str) -> float | None:
         if unit is None:
             raise ValueError(f"unknown unit {word!r}")
         if pending is None:
-            raise ValueError(f"unit {word!r} without a number")
+            uncertain = True  # PostgreSQL is lenient about order ('day 0'): it decides
+            continue
         total += pending * unit
         pending = None
     if pending is not None:
