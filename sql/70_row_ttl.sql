@@ -12,6 +12,8 @@
 -- SELECT ttl.using_ttl('10 seconds') in the writing transaction; 0 = never.
 -- Table TTL vs the override: the later expiry wins, unless the policy sets
 -- "ttl_value_ttl_overrides_table_ttl" (then the override wins, also when shorter).
+-- A value with a write-time column TTL takes the override as its own TTL (as
+-- CQL's USING TTL on the cells it writes); the row then keeps the table TTL.
 --
 -- Column TTL counts either from the table's TTL base ('row': the TTL column, or
 -- ttl_written_at of a per-row table) or from the value's own write time ('write':
@@ -87,21 +89,36 @@ AS $fn$
 $fn$;
 
 -- BEFORE UPDATE on a per-row TTL table.
--- TG_ARGV: expiry column, write-time column, expire_after, override_wins.
+-- TG_ARGV: expiry column, write-time column, expire_after, override_wins,
+-- then the tracking columns of write-time column TTLs.
 CREATE OR REPLACE FUNCTION ttl._refresh_row_expiry() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     patch jsonb;
+    n jsonb;
+    o jsonb;
+    override_for_values boolean := false;
 BEGIN
     -- The engine nulling expired values must not extend the row's life.
     IF current_setting('pg_ttl.expiring', true) = 'on' THEN
         RETURN NEW;
     END IF;
+    n := to_jsonb(NEW);
+    o := to_jsonb(OLD);
+    -- UPDATE ... USING TTL SET <column with a value TTL>: the TTL is the
+    -- values' (their triggers, which sort first, have used it), not the row's.
+    FOR i IN 4 .. TG_NARGS - 1 LOOP
+        IF (n -> TG_ARGV[i]) IS DISTINCT FROM (o -> TG_ARGV[i]) THEN
+            override_for_values := true;
+        END IF;
+    END LOOP;
     patch := jsonb_build_object(TG_ARGV[1], now());
-    IF (to_jsonb(NEW) -> TG_ARGV[0]) IS NOT DISTINCT FROM (to_jsonb(OLD) -> TG_ARGV[0]) THEN
-        patch := patch || jsonb_build_object(TG_ARGV[0], ttl.row_expires_at(TG_ARGV[2]::interval, TG_ARGV[3]::boolean));
+    IF (n -> TG_ARGV[0]) IS NOT DISTINCT FROM (o -> TG_ARGV[0]) THEN
+        patch := patch || jsonb_build_object(TG_ARGV[0],
+            CASE WHEN override_for_values THEN now() + TG_ARGV[2]::interval
+                 ELSE ttl.row_expires_at(TG_ARGV[2]::interval, TG_ARGV[3]::boolean) END);
     END IF;
     NEW := jsonb_populate_record(NEW, patch);
     RETURN NEW;
@@ -309,7 +326,7 @@ BEGIN
             col := ttl._added_column_name(tbl, 'ttl_cell_' || ttl._attname(NEW.relid, NEW.attnum));
             -- The missing value for existing rows: tracked from now.
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I tstzrange DEFAULT pg_catalog.tstzrange(pg_catalog.now(), %s, %L)',
-                           tbl, col, ttl._expiry_default_sql(NEW.expire_after, coalesce(p.value_ttl_overrides_table_ttl, false)),
+                           tbl, col, ttl._expiry_default_sql(NEW.expire_after, true),
                            '[)');
             NEW.track_attnum := ttl._attnum(tbl, col, 'column');
         END IF;
@@ -343,9 +360,11 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', tbl::regclass,
                        ttl._attname(tbl, p.row_expiry_attnum), ttl._expiry_default_sql(p.expire_after, wins));
         EXECUTE format('CREATE TRIGGER ttl_row_expiry BEFORE UPDATE ON %s FOR EACH ROW '
-                       'EXECUTE FUNCTION ttl._refresh_row_expiry(%L, %L, %L, %L)', tbl::regclass,
+                       'EXECUTE FUNCTION ttl._refresh_row_expiry(%L, %L, %L, %L%s)', tbl::regclass,
                        ttl._attname(tbl, p.row_expiry_attnum), ttl._attname(tbl, p.row_write_attnum),
-                       p.expire_after::text, wins::text);
+                       p.expire_after::text, wins::text,
+                       (SELECT string_agg(format(', %L', ttl._attname(tbl, c.track_attnum)), '' ORDER BY c.attnum)
+                          FROM ttl.column_policy c WHERE c.relid = tbl AND c.relative_to = 'write'));
     END IF;
 
     -- One BEFORE UPDATE OF trigger per tracked column, named by its attnum.
@@ -360,14 +379,14 @@ BEGIN
     FOR cp IN SELECT * FROM ttl.column_policy WHERE relid = tbl AND relative_to = 'write' LOOP
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT pg_catalog.tstzrange(pg_catalog.now(), %s, %L)',
                        tbl::regclass, ttl._attname(tbl, cp.track_attnum),
-                       ttl._expiry_default_sql(cp.expire_after, wins), '[)');
+                       ttl._expiry_default_sql(cp.expire_after, true), '[)');
         IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'ttl_cell_' || cp.attnum) THEN
             EXECUTE format('DROP TRIGGER %I ON %s', 'ttl_cell_' || cp.attnum, tbl::regclass);
         END IF;
         EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE OF %I ON %s FOR EACH ROW '
                        'EXECUTE FUNCTION ttl._refresh_cell(%L, %L, %L)', 'ttl_cell_' || cp.attnum,
                        ttl._attname(tbl, cp.attnum), tbl::regclass, ttl._attname(tbl, cp.track_attnum),
-                       cp.expire_after::text, wins::text);
+                       cp.expire_after::text, 'true');
     END LOOP;
 
     PERFORM ttl._strict_sync(tbl);

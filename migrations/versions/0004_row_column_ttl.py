@@ -31,11 +31,15 @@ ALTER TABLE ttl.column_policy
     ADD COLUMN relative_to text,
     ADD COLUMN track_attnum smallint,
     ADD CONSTRAINT column_policy_relative_to CHECK (relative_to IN ('row', 'write'));
+
+-- Column TTL work of the engine, per unit of a run.
+ALTER TABLE ttl.run_unit ADD COLUMN values_nulled bigint NOT NULL DEFAULT 0;
 """
 
 DOWNGRADE = """
 -- The views read the new columns; the code layer recreates them at head.
 DROP VIEW IF EXISTS ttl.policies, ttl.column_policies;
+ALTER TABLE ttl.run_unit DROP COLUMN values_nulled;
 ALTER TABLE ttl.column_policy
     DROP CONSTRAINT column_policy_relative_to,
     DROP COLUMN track_attnum,

@@ -45,7 +45,7 @@ SELECT DISTINCT cp.relid, n.nspname, c.relname
  ORDER BY n.nspname, c.relname
 """
 LEAVES = """
-SELECT t.relid, n.nspname, c.relname FROM pg_catalog.pg_partition_tree(%s::oid::regclass) t
+SELECT t.relid::oid, n.nspname, c.relname FROM pg_catalog.pg_partition_tree(%s::oid::regclass) t
   JOIN pg_catalog.pg_class c ON c.oid = t.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE t.isleaf AND c.relkind = 'r'
