@@ -78,7 +78,7 @@ _KNOWN_TOP = {"worker", "databases"}
 def parse_addr(addr: str) -> tuple[str, int]:
     """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"metrics_addr must be host:port (e.g. 127.0.0.1:9187), not {addr!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
