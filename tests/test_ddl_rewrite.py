@@ -40,7 +40,13 @@ def test_corpus_errors(case: Path) -> None:
     expected = case.with_name(case.name[:-4] + ".error.txt").read_text().strip()
     with pytest.raises(TtlDdlError) as err:
         rewrite(case.read_text(), "case.sql")
-    assert str(err.value) == expected
+    got = str(err.value)
+    # The list of accepted options grows with the catalog; the message before it is pinned.
+    cut = " (hint: accepted options: "
+    if cut in expected:
+        assert got.startswith(expected.split(cut)[0] + cut) and "ttl_expire_after" in got.split(cut)[1]
+    else:
+        assert got == expected
 
 
 def test_exported_from_package() -> None:

@@ -26,7 +26,7 @@ SELECT d.option, d.value FROM ttl.describe(%s::oid::regclass) AS d
    AND EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = %s::oid)
 """
 _COLUMN_OPTIONS = """
-SELECT a.attname, cp.expire_after::text
+SELECT a.attname, cp.expire_after::text, pg_catalog.to_jsonb(cp) ->> 'relative_to'
   FROM ttl.column_policy cp
   JOIN pg_catalog.pg_attribute a ON a.attrelid = cp.relid AND a.attnum = cp.attnum AND NOT a.attisdropped
  WHERE cp.relid = %s::oid
@@ -43,14 +43,15 @@ class TablePolicy:
     schema: str
     name: str
     options: list[tuple[str, str]]  # ("ttl_expire_after", "30 days"), ...
-    columns: list[tuple[str, str]]  # ("email", "90 days"), ...
+    columns: list[tuple[str, str, str | None]]  # ("email", "90 days", "write"), ...
 
 
 def read(conn: psycopg.Connection[Any], table: str | None = None) -> list[TablePolicy]:
     policies: list[TablePolicy] = []
     for relid, schema, name in conn.execute(_TABLES, {"table": table}).fetchall():
         options = [(str(o), str(v)) for o, v in conn.execute(_TABLE_OPTIONS, (relid, relid)).fetchall()]
-        columns = [(str(c), str(v)) for c, v in conn.execute(_COLUMN_OPTIONS, (relid,)).fetchall()]
+        columns = [(str(c), str(v), None if r is None else str(r))
+                   for c, v, r in conn.execute(_COLUMN_OPTIONS, (relid,)).fetchall()]
         policies.append(TablePolicy(str(schema), str(name), options, columns))
     if table is not None and not policies:
         raise NoTtlError(f"table {table} has no TTL")
@@ -73,9 +74,11 @@ def statements(policies: list[TablePolicy]) -> list[str]:
     for p in policies:
         if p.options:
             out.append(_alter(p, ast.AlterTableCmd(subtype=AlterTableType.AT_SetRelOptions, def_=_defs(p.options))))
-        for column, interval in p.columns:
+        for column, interval, relative_to in p.columns:
+            # relative_to exists once column TTL can count from write time (row/column TTL issue).
+            pairs = [("ttl_expire_after", interval)] + ([("ttl_relative_to", relative_to)] if relative_to else [])
             out.append(_alter(p, ast.AlterTableCmd(subtype=AlterTableType.AT_SetOptions, name=column,
-                                                   def_=_defs([("ttl_expire_after", interval)]))))
+                                                   def_=_defs(pairs))))
     return out
 
 

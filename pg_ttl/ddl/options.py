@@ -119,12 +119,30 @@ def check(key: str, value: str) -> str:
     return value
 
 
+# Column TTL (``ALTER COLUMN c SET (...)``): the interval, and what it counts
+# from: 'row' (the table's TTL base) or 'write' (the value's own write time);
+# unset, the database picks 'row' when the table has a TTL column, else 'write'.
+COLUMN_OPTIONS = ("expire_after", "relative_to")
+RELATIVE_TO = ("row", "write")
+
+
+def column_key_of(defname: str) -> str:
+    name = defname.lower()
+    key = name[len(PREFIX):]
+    if key not in COLUMN_OPTIONS:
+        if key in OPTIONS:
+            raise OptionError(f"TTL option {label(key)} does not apply to a column",
+                              hint='a column takes "ttl_expire_after" and "ttl_relative_to"')
+        raise OptionError(f"unknown TTL option \"{name}\"",
+                          hint="accepted for a column: ttl, " + ", ".join(PREFIX + k for k in COLUMN_OPTIONS))
+    return key
+
+
 def check_column_option(key: str, value: str) -> None:
-    """Column TTL (``ALTER COLUMN c SET (...)``) has one option: the interval."""
-    if key != "expire_after":
-        raise OptionError(f"TTL option {label(key)} does not apply to a column",
-                          hint='a column takes only "ttl_expire_after"')
-    check_interval(key, value)
+    if key == "expire_after":
+        check_interval(key, value)
+    elif value.strip().lower() not in RELATIVE_TO:
+        raise OptionError(f"value of {label(key)} must be row or write, got '{value}'")
 
 
 # ---------------------------------------------------------------- intervals

@@ -34,6 +34,7 @@ _SET_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT 
 _RESET_OPTIONS = "SELECT ttl.reset_options($1, VARIADIC CAST($2 AS text[]))"
 _DISABLE = "SELECT ttl.disable($1)"
 _ENABLE_COLUMN = "SELECT ttl.enable_column($1, $2, $3)"
+_ENABLE_COLUMN_RELATIVE = "SELECT ttl.enable_column($1, $2, $3, $4)"
 _DISABLE_COLUMN = "SELECT ttl.disable_column($1, $2)"
 _USING_TTL = "SELECT ttl.using_ttl($1)"
 # CQL's USING TTL applies to its statement only: afterwards the transaction's
@@ -380,7 +381,11 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
                 raise OptionError(f"option {opts.label(sorted(both)[0])} is both set and reset")
             calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
     for kind, *args in column_calls:
-        calls.append(_build((_ENABLE_COLUMN if kind == "enable" else _DISABLE_COLUMN) + where, target, *args))
+        if kind == "disable":
+            template = _DISABLE_COLUMN
+        else:
+            template = _ENABLE_COLUMN_RELATIVE if len(args) == 3 else _ENABLE_COLUMN
+        calls.append(_build(template + where, target, *args))
     if kept:
         stmt.cmds = tuple(kept)
         _emit(st, stmt)
@@ -392,25 +397,30 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
 def _column_call(cmd: ast.AlterTableCmd, ttl: Sequence[ast.DefElem]) -> tuple[str, ...]:
     column = str(cmd.name)
     if cmd.subtype == AlterTableType.AT_SetOptions:
-        interval: str | None = None
+        values: dict[str, str] = {}
         for e in ttl:
             name = str(e.defname).lower()
             text = opts.value_text(e)
             if name == "ttl":
                 opts.check_ttl_switch(text)
                 continue
-            key = opts.key_of(name)
+            key = opts.column_key_of(name)
             opts.check_column_option(key, text)
-            if interval is not None:
+            if key in values:
                 raise OptionError(f"option {opts.label(key)} is given more than once")
-            interval = text
-        if interval is None:
+            values[key] = text
+        if "expire_after" not in values:
             raise OptionError(f'column "{column}": "ttl_expire_after" must be set')
-        return ("enable", column, interval)
-    for key in _reset_keys(ttl):
-        if key not in ("ttl", "expire_after"):
-            raise OptionError(f"TTL option {opts.label(key)} does not apply to a column",
-                              hint='reset a column\'s TTL with ALTER COLUMN ... RESET (ttl)')
+        if "relative_to" in values:
+            return ("enable", column, values["expire_after"], values["relative_to"])
+        return ("enable", column, values["expire_after"])
+    for e in ttl:
+        name = str(e.defname).lower()
+        if e.arg is not None:
+            raise OptionError(f"RESET takes option names only, got a value for \"{name}\"")
+        if name != "ttl" and opts.column_key_of(name) != "expire_after":
+            raise OptionError(f"{opts.label(opts.column_key_of(name))} cannot be reset on its own",
+                              hint="remove a column's TTL with ALTER COLUMN ... RESET (ttl)")
     return ("disable", column)
 
 
