@@ -98,6 +98,8 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
     earlier one (tests, a cautious catch-up); never a later one: nothing is
     deleted before it expires.
     """
+    from pg_ttl.expire import columns  # column TTL: registers its unit hook (import here: it imports us)
+
     with connect(dsn) as conn:
         relids = resolve_tables(conn, tables) if tables is not None else None  # the user's search_path
         conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
@@ -114,6 +116,8 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
                 break
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
                                         progress=progress or NullProgress(), worker=worker))
+        if stop is None or not stop.is_set():  # tables with column TTLs only
+            results.extend(columns.expire_column_only(conn, relids, cutoff, stop, worker))
         history.prune(conn)
         return results
 
