@@ -193,3 +193,24 @@ def test_python_never_refuses_an_interval_postgres_takes(db: Conn, parts: list[s
         assert not pg_ok, f"Python refused {text!r} but PostgreSQL reads it"
     if python_ok and pg_ok and seconds is not None:
         assert row is not None and (seconds > 0) == row[0], text
+
+
+USING_TTL = """
+CREATE TABLE pv (id int PRIMARY KEY, views int)
+  WITH (ttl_expire_after = '1 day', ttl_value_ttl_overrides_table_ttl = true);
+INSERT INTO pv VALUES (1, 1) USING TTL 10;
+INSERT INTO pv VALUES (2, 1);
+INSERT INTO pv VALUES (3, 1) USING TTL 0;
+UPDATE pv USING TTL 3600 SET views = 2 WHERE id = 2;
+INSERT INTO pv VALUES (4, 1);
+"""
+
+
+@pytest.mark.parametrize("statement_by_statement", [False, True])
+def test_using_ttl_applies_to_its_own_statement(db: Conn, connect: Any, statement_by_statement: bool) -> None:
+    """CQL's USING TTL, through ttl.using_ttl: the row's expiry follows it, and
+    the next statement without USING TTL gets the table's TTL again."""
+    conn = connect() if statement_by_statement else db
+    apply(conn, USING_TTL, "u.sql", statement_by_statement=statement_by_statement)
+    rows = conn.execute("SELECT id, (ttl_expires_at - ttl_written_at)::text FROM pv ORDER BY id").fetchall()
+    assert rows == [(1, "00:00:10"), (2, "01:00:00"), (3, None), (4, "1 day")]
