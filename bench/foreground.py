@@ -1,0 +1,144 @@
+"""Workload 4: what an application feels while each contender expires the plain table.
+
+A load generator process (bench.loadgen) inserts events and reads live rows by
+id at a fixed rate. Per repetition: a baseline window with no expiry, then
+each contender on a fresh clone with the same load running. Latency and
+throughput are taken over the transactions that started while the contender
+ran, and compared with the baseline of the same repetition.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import contenders as c
+from bench.data import PLAIN_EXPIRE_AFTER, PLAIN_TABLE, PlainData
+from bench.runner import ROOT_FOR_SUBPROCESS, Config, fresh, log, measured_run, rotated
+from bench.server import LOAD_APP, BenchServer
+from bench.stats import percentile, ratio, summarize
+
+CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl")
+
+
+class LoadGen:
+    """The load generator subprocess around one measured window."""
+
+    def __init__(self, server: BenchServer, db: str, cfg: Config, data: PlainData) -> None:
+        self.out = Path(tempfile.mkstemp(prefix="bench-load-", suffix=".csv")[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT_FOR_SUBPROCESS, os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.loadgen", "--dsn", server.dsn(db, LOAD_APP), "--rate", str(cfg.fg_rate),
+             "--clients", str(cfg.fg_clients), "--lo", str(data.expired + 1), "--hi", str(data.rows),
+             "--out", str(self.out)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"load generator did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
+
+    def stop(self) -> list[tuple[float, float, float]]:
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=60)
+        try:
+            if self.proc.returncode != 0:
+                raise RuntimeError(f"load generator failed: {err.strip()}")
+            rows = []
+            for line in self.out.read_text().splitlines():
+                a, b, d = line.split(",")
+                rows.append((float(a), float(b), float(d)))
+            return rows
+        finally:
+            self.out.unlink(missing_ok=True)
+
+
+def window_stats(rows: list[tuple[float, float, float]], start: float, end: float) -> dict[str, Any]:
+    """Latency percentiles and throughput of the transactions that started in [start, end]."""
+    inside = [r for r in rows if start <= r[0] <= end]
+    service = sorted(r[1] for r in inside)
+    total = sorted(r[1] + r[2] for r in inside)
+    span = max(end - start, 1e-9)
+    return {
+        "window_s": span,
+        "txns": len(inside),
+        "throughput_tps": len(inside) / span,
+        "p50_ms": percentile(service, 50),
+        "p99_ms": percentile(service, 99),
+        "max_ms": service[-1] if service else None,
+        "p99_incl_queueing_ms": percentile(total, 99),
+    }
+
+
+def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | None,
+        pgttl_missing: str | None) -> dict[str, Any]:
+    runners: dict[str, Callable[[str], c.Outcome]] = {
+        "raw_delete": lambda dsn: c.raw_delete(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
+        "batched_loop": lambda dsn: c.batched_loop(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
+        "pg_ttl": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
+    }
+    windows: dict[str, list[dict[str, Any]]] = {k: [] for k in ("baseline", *CONTENDERS)}
+    pooled: dict[str, list[tuple[float, float, float]]] = {k: [] for k in windows}
+    for rep in range(cfg.reps):
+        for contender in ["baseline", *rotated(list(CONTENDERS), rep)]:
+            if contender == "pg_ttl" and (pgttl_missing or ttl_template is None):
+                continue
+            template = ttl_template if contender == "pg_ttl" else data.template
+            assert template is not None
+            with fresh(server, template) as db:
+                load = LoadGen(server, db, cfg, data)
+                try:
+                    time.sleep(cfg.fg_warmup_s)
+                    if contender == "baseline":
+                        start = time.time()
+                        time.sleep(cfg.fg_baseline_s)
+                        end = time.time()
+                        record: dict[str, Any] = {"status": "ok"}
+                    else:
+                        record, m = measured_run(server, db, runners[contender])
+                        assert m is not None
+                        start, end = m.started_epoch, m.ended_epoch
+                    time.sleep(0.5)
+                finally:
+                    rows = load.stop()
+            record.update(window_stats(rows, start, end), rep=rep)
+            windows[contender].append(record)
+            pooled[contender].extend(r for r in rows if start <= r[0] <= end)
+            log(f"foreground rep {rep} {contender}: {record['status']} window={record['window_s']:.2f}s "
+                f"txns={record['txns']} p50={record['p50_ms'] or 0:.2f}ms p99={record['p99_ms'] or 0:.2f}ms "
+                f"tps={record['throughput_tps']:.0f}")
+    result: dict[str, Any] = {
+        "description": "insert + point-select load at a fixed rate while each contender expires the plain table",
+        "params": {"rows": data.rows, "rate_tps": cfg.fg_rate, "clients": cfg.fg_clients,
+                   "baseline_window_s": cfg.fg_baseline_s, "reps": cfg.reps,
+                   "cores": ("2 cores shared by everything: the load generator process (4 threads, one connection "
+                             "each), its 4 server backends, the contender's backend and the bench's sampler; "
+                             "no pinning")},
+        "contenders": {},
+    }
+    base_p99 = None
+    for contender, recs in windows.items():
+        if contender == "pg_ttl" and pgttl_missing:
+            result["contenders"][contender] = {"available": False, "reason": pgttl_missing, "runs": []}
+            continue
+        pool = pooled[contender]
+        service = sorted(r[1] for r in pool)
+        entry: dict[str, Any] = {
+            "available": True,
+            "runs": recs,
+            "pooled": {"txns": len(pool), "p50_ms": percentile(service, 50), "p99_ms": percentile(service, 99)},
+            "summary": {k: summarize([r[k] for r in recs if r.get(k) is not None])
+                        for k in ("p50_ms", "p99_ms", "throughput_tps", "window_s")},
+        }
+        if contender == "baseline":
+            base_p99 = entry["pooled"]["p99_ms"]
+        result["contenders"][contender] = entry
+    for entry in result["contenders"].values():
+        if entry.get("available"):
+            entry["p99_vs_baseline"] = ratio(entry["pooled"]["p99_ms"], base_p99)
+    return result

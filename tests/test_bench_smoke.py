@@ -1,0 +1,128 @@
+"""A tiny-scale run of the whole bench harness (``python -m bench``), end to end.
+
+It starts its own throwaway server like the full run does; the assertions
+check that the results are real, structured measurements that agree with each
+other (rows deleted = rows that were expired, WAL written, transactions seen),
+not the numbers themselves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_bench(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--scale", "0.002", "--reps", "1", "--out", str(out),
+                           *extra], capture_output=True, text=True, cwd=ROOT, env=env, timeout=240)
+    files = sorted(out.glob("*.json"))
+    assert files, f"no results file; stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc, json.loads(files[-1].read_text())
+
+
+def _ok_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    assert entry["available"] is True, entry.get("reason")
+    runs = entry["runs"]
+    assert runs, "no runs recorded"
+    assert all(r["status"] == "ok" for r in runs), [r.get("error") or r["status"] for r in runs]
+    return list(runs)
+
+
+def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> None:
+    with_plot = importlib.util.find_spec("matplotlib") is not None
+    proc, res = _run_bench(tmp_path, *([] if with_plot else ["--no-plot"]))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert res["errors"] == []
+
+    # Where, when, on what.
+    datetime.fromisoformat(res["date"])
+    m = res["machine"]
+    assert m["nproc"] >= 1 and m["memory_mb"] > 0 and m["postgres"].startswith("PostgreSQL")
+    assert res["server_settings"]["full_page_writes"] == "on"
+    assert res["server_settings"]["track_commit_timestamp"] == "on"
+    assert len(res["load"]["before"]) == 3 and len(res["load"]["after"]) == 3
+
+    # Plain table, both index variants: every contender removed exactly the expired half.
+    sampled = 0
+    for key in ("plain_indexed", "plain_noindex"):
+        wl = res["workloads"][key]
+        expired, rows = wl["params"]["expired"], wl["params"]["rows"]
+        assert 0 < expired < rows
+        contenders = ["raw_delete", "batched_loop"] + (["pg_ttl"] if wl["contenders"]["pg_ttl"]["available"] else [])
+        for name in contenders:
+            for run in _ok_runs(wl["contenders"][name]):
+                assert run["correct"] and run["rows_deleted"] == expired and run["rows_left"] == rows - expired
+                assert run["expired_left"] == 0
+                assert run["wall_s"] > 0 and abs(run["rows_per_s"] - expired / run["wall_s"]) < 1e-6 * expired
+                # Deleting rows writes WAL: at least one record per deleted row (> 40 bytes each).
+                assert run["wal_bytes"] > 40 * expired
+                assert 0 <= run["longest_txn_s"] <= run["wall_s"] + 0.05
+                sampled += run["txns_sampled"]
+            summary = wl["contenders"][name]["summary"]
+            assert summary["wall_s"]["n"] == 1 and summary["wall_s"]["median"] > 0
+        raw = wl["contenders"]["raw_delete"]["runs"][0]
+        assert raw["dead_tuples"] == expired  # autovacuum is off: every deleted row is still dead
+        assert raw["transactions"] == 1
+        loop = wl["contenders"]["batched_loop"]["runs"][0]
+        assert loop["transactions"] == -(-expired // 10000) + 1  # full batches + the empty one that ends the loop
+        assert wl["ratios"]["batched_loop_rows_per_s_vs_raw_delete"] > 0
+
+    assert sampled > 0  # the transaction sampler saw the contenders' transactions
+
+    # Partitioned: the expired days are gone, WAL is counted per dropped partition, at two sizes.
+    part = res["workloads"]["partitioned"]
+    assert len(part["sizes"]) == 2
+    assert part["sizes"][0]["params"]["rows_per_partition"] < part["sizes"][1]["params"]["rows_per_partition"]
+    for size in part["sizes"]:
+        n = size["params"]["expired_partitions"]
+        for name, entry in size["contenders"].items():
+            if not entry["available"]:
+                assert entry["reason"] and name != "hand_drop"
+                continue
+            for run in _ok_runs(entry):
+                assert run["partitions_dropped"] == n and run["expired_left"] == 0
+                assert run["wal_bytes_per_partition"] == run["wal_bytes"] / n > 0
+    assert "hand_drop" in part["growth"]
+
+    # Foreground: latencies from real transactions, in every window.
+    fg = res["workloads"]["foreground"]["contenders"]
+    for name in ("baseline", "raw_delete", "batched_loop"):
+        for run in _ok_runs(fg[name]):
+            assert run["txns"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+    assert fg["baseline"]["p99_vs_baseline"] == 1.0
+
+    # Write cost: measured throughputs, overhead relative to the same run's plain table.
+    tr = res["workloads"]["trigger"]["contenders"]
+    for run in _ok_runs(tr["no_ttl"]):
+        assert run["bulk_insert_rows_per_s"] > 0 and run["single_insert_tps"] > 0
+    assert tr["no_ttl"]["overhead_vs_no_ttl"]["single_insert_tps"] == 0.0
+
+    idle = res["workloads"]["idle_worker"]
+    if idle["available"]:
+        assert idle["idle"]["statements_per_s"] >= 0 and idle["idle"]["worker_cpu_pct"] >= 0
+        assert idle["worker_exit_code"] == 0  # stopped cleanly by SIGTERM
+    else:
+        assert "worker" in idle["reason"]
+
+    names = {t["name"] for t in res["targets"]}
+    assert any("raw DELETE" in n for n in names) and any("WAL per dropped partition" in n for n in names)
+    assert all(t["met"] in (True, False, None) for t in res["targets"])
+    assert "| raw_delete |" in proc.stdout
+    if with_plot:
+        assert res["plot"] and (tmp_path / res["plot"]).stat().st_size > 10_000
+
+
+def test_bench_refuses_unknown_workload(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "nope", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "unknown workload" in proc.stderr
+    assert not list(tmp_path.iterdir())
