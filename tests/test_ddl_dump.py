@@ -31,7 +31,7 @@ def _state(conn: Conn) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
                            "ORDER BY 1, 2").fetchall()
     described = {t: [r for r in conn.execute("SELECT option, value FROM ttl.describe(%s)", (t,)).fetchall()
                      if r[0] not in ("created_at", "updated_at")]
-                 for t in ("public.events", '"Odd"."Mixed Case"', "public.users", "public.metrics")}
+                 for t in ("public.events", '"Odd"."Mixed Case"', "public.users", "public.metrics", "public.carts")}
     return policies, columns, described
 
 
@@ -42,6 +42,7 @@ def _setup(db: Conn) -> None:
         CREATE TABLE "Odd"."Mixed Case" ("Expire At" timestamptz);
         CREATE TABLE users (id int PRIMARY KEY, email text, phone text);
         CREATE TABLE metrics (ts bigint);
+        CREATE TABLE carts (id int PRIMARY KEY, item text);
     """)
     apply(db, """
         ALTER TABLE events SET (ttl_expire_after = '30 days', ttl_column = 'created_at', ttl_job_cron = '@daily',
@@ -53,6 +54,8 @@ def _setup(db: Conn) -> None:
         ALTER TABLE users ALTER COLUMN email SET (ttl_expire_after = '90 days'),
                           ALTER COLUMN phone SET (ttl_expire_after = 'P1M');
         ALTER TABLE metrics SET (ttl_expire_after = 'PT1H', ttl_column = 'ts', ttl_unit = 'milliseconds');
+        ALTER TABLE carts SET (ttl_expire_after = '2 days', ttl_delete_batch_size = 5);
+        ALTER TABLE carts ALTER COLUMN item SET (ttl_expire_after = '1 hour', ttl_relative_to = 'write');
     """)
     db.commit()
 
@@ -61,7 +64,9 @@ def test_dump_reset_apply_round_trips(db: Conn) -> None:
     _setup(db)
     before = _state(db)
     text = dump(db)
-    assert text.count("\n") == 6
+    assert text.count("\n") == 8
+    # Per-row expiry (no TTL column) is dumped as what the user wrote, not as its internal expression.
+    assert "ALTER TABLE public.carts SET (ttl_expire_after = '2 days', " in text
     assert "ALTER TABLE \"Odd\".\"Mixed Case\" SET (ttl_expiration_expression = '\"Expire At\" + interval" in text
     assert re.search(r"^ALTER TABLE public.users ALTER COLUMN email SET \(ttl_expire_after = '90 days'"
                      + RELATIVE + r"\);$", text, re.MULTILINE)
@@ -69,7 +74,7 @@ def test_dump_reset_apply_round_trips(db: Conn) -> None:
     assert "ttl.set_options" in rewrite(text)
 
     apply(db, """ALTER TABLE events RESET (ttl); ALTER TABLE "Odd"."Mixed Case" RESET (ttl);
-                 ALTER TABLE users RESET (ttl); ALTER TABLE metrics RESET (ttl);""")
+                 ALTER TABLE users RESET (ttl); ALTER TABLE metrics RESET (ttl); ALTER TABLE carts RESET (ttl);""")
     assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM ttl.column_policy").fetchone() == (0,)
 

@@ -22,7 +22,7 @@ SELECT t.relid, n.nspname, c.relname
 """
 _TABLE_OPTIONS = """
 SELECT d.option, d.value FROM ttl.describe(%s::oid::regclass) AS d
- WHERE d.option LIKE 'ttl\\_%%' AND d.value IS NOT NULL
+ WHERE (d.option LIKE 'ttl\\_%%' OR d.option = 'row_expiry_column') AND d.value IS NOT NULL
    AND EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = %s::oid)
 """
 _COLUMN_OPTIONS = """
@@ -49,7 +49,12 @@ class TablePolicy:
 def read(conn: psycopg.Connection[Any], table: str | None = None) -> list[TablePolicy]:
     policies: list[TablePolicy] = []
     for relid, schema, name in conn.execute(_TABLES, {"table": table}).fetchall():
-        options = [(str(o), str(v)) for o, v in conn.execute(_TABLE_OPTIONS, (relid, relid)).fetchall()]
+        rows = [(str(o), str(v)) for o, v in conn.execute(_TABLE_OPTIONS, (relid, relid)).fetchall()]
+        options = [(o, v) for o, v in rows if o != "row_expiry_column"]
+        if len(options) != len(rows):
+            # Per-row expiry: the expression over the column pg_ttl added is
+            # internal; "ttl_expire_after" alone recreates both.
+            options = [(o, v) for o, v in options if o != "ttl_expiration_expression"]
         columns = [(str(c), str(v), None if r is None else str(r))
                    for c, v, r in conn.execute(_COLUMN_OPTIONS, (relid,)).fetchall()]
         policies.append(TablePolicy(str(schema), str(name), options, columns))
