@@ -179,9 +179,9 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+))(?P<rest>[-:]\d
 
 def interval_seconds(text: str) -> float | None:
     """Approximate length of an interval literal in seconds (30-day months, as
-    PostgreSQL compares intervals), None when the form is not one this checker
-    knows: the database decides then. Raises OptionError-free ValueError when the
-    text is certainly not an interval."""
+    PostgreSQL compares intervals); None when this checker cannot tell (the
+    database decides then); ValueError when the text is certainly not an interval.
+    A test holds it to never refusing what PostgreSQL accepts."""
     s = text.strip()
     if not s:
         raise ValueError("empty")

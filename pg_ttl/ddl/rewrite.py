@@ -12,6 +12,7 @@ again and compared with what was meant before anyone runs it.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -160,8 +161,6 @@ class _LineIndex:
 
     def position(self, offset: int) -> tuple[int, int]:
         """1-based line and column (in characters) of an offset."""
-        import bisect
-
         line = bisect.bisect_right(self.starts, offset)
         return line, offset - self.starts[line - 1] + 1
 
@@ -294,16 +293,17 @@ def _reset_keys(elems: Sequence[ast.DefElem]) -> list[str]:
 
 def _rewrite_ddl(st: Statement, stmt: ast.Node) -> None:
     if isinstance(stmt, ast.CreateStmt) and stmt.relation is not None:
-        _rewrite_create(st, stmt, stmt.relation, "options", stmt, bool(stmt.if_not_exists))
+        _rewrite_create(st, stmt, stmt.relation, stmt, bool(stmt.if_not_exists))
     elif isinstance(stmt, ast.CreateTableAsStmt) and stmt.into is not None and stmt.into.rel is not None:
-        _rewrite_create(st, stmt, stmt.into.rel, "options", stmt.into, bool(stmt.if_not_exists))
+        _rewrite_create(st, stmt, stmt.into.rel, stmt.into, bool(stmt.if_not_exists))
     elif isinstance(stmt, ast.AlterTableStmt):
         _rewrite_alter(st, stmt)
 
 
-def _rewrite_create(st: Statement, stmt: ast.Node, rel: ast.RangeVar, attr: str, holder: ast.Node,
+def _rewrite_create(st: Statement, stmt: ast.Node, rel: ast.RangeVar, holder: ast.CreateStmt | ast.IntoClause,
                     if_not_exists: bool) -> None:
-    ttl, real = _split(getattr(holder, attr))
+    """``holder`` has the ``options``: the CreateStmt, or CREATE TABLE AS's IntoClause."""
+    ttl, real = _split(holder.options)
     if not ttl:
         return
     if isinstance(stmt, ast.CreateTableAsStmt) and stmt.objtype != ObjectType.OBJECT_TABLE:
@@ -316,7 +316,7 @@ def _rewrite_create(st: Statement, stmt: ast.Node, rel: ast.RangeVar, attr: str,
     values = _set_values(ttl)
     if "expire_after" not in values and "expiration_expression" not in values:
         raise OptionError('"ttl_expire_after" and/or "ttl_expiration_expression" must be set')
-    setattr(holder, attr, tuple(real) or None)
+    holder.options = tuple(real) or None
     table = _relation_text(rel)
     call = _SET_OPTIONS_IF_NEW if if_not_exists else _SET_OPTIONS
     _emit(st, stmt)
