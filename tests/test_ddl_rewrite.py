@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pglast
@@ -190,3 +191,18 @@ def test_rewrite_never_crashes_on_option_values(value: str) -> None:
 
         arg = pglast.parse_sql(out)[0].stmt.targetList[0].val.args[1].arg.val.sval
         assert json.loads(arg) == {key: value}
+
+
+def test_a_rewrite_that_does_not_parse_back_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-parse check is real: a printer that drifts from the AST is caught."""
+    module = importlib.import_module("pg_ttl.ddl.rewrite")  # the module, not the function of that name
+
+    class Drifting:
+        def __call__(self, node: object) -> str:
+            return "SELECT ttl.set_options('other_table', '{}')"
+
+    monkeypatch.setattr(module, "RawStream", Drifting)
+    with pytest.raises(AssertionError, match="does not parse back to the statements meant"):
+        rewrite("ALTER TABLE t SET (ttl_pause = true)", "d.sql")
+    # Statements without TTL DDL are never printed, so they are unaffected.
+    assert rewrite("SELECT 1; -- x\n") == "SELECT 1; -- x\n"
