@@ -180,12 +180,16 @@ class ExecuteTTLOp(MigrateOperation):
 
 # enable_ttl calls ttl.enable, which refuses a table that already has a TTL
 # (TTL DDL's SET would change it instead); its parameters are named like the
-# options, except column.
+# options, except column. Options it has no parameter for follow as TTL DDL.
 _ENABLE_ARGS = {"column": "column_name"}
+_ENABLE_PARAMS = ("expire_after", "column", "expiration_expression", "unit", "job_cron", "select_batch_size",
+                  "delete_batch_size", "select_rate_limit", "delete_rate_limit", "pause", "partition_action",
+                  "detach_schema", "job_cron_override")
 
 
 def enable_sql(table_name: str, schema: str | None, options: Mapping[str, Any]) -> str:
-    """``SELECT ttl.enable('tbl', expire_after => '30 days', ...)``, checked and printed by pglast."""
+    """``SELECT ttl.enable('tbl', expire_after => '30 days', ...)`` (plus ``ALTER TABLE ... SET (ttl_...)``
+    for options ttl.enable has no parameter for), checked and printed by pglast."""
     values = {_key(k): _text(v) for k, v in options.items()}
     for k, v in values.items():
         try:
@@ -197,10 +201,13 @@ def enable_sql(table_name: str, schema: str | None, options: Mapping[str, Any]) 
     table = RawStream()(ast.RangeVar(schemaname=schema, relname=table_name, inh=True, relpersistence="p"))
     args: list[ast.Node] = [ast.A_Const(isnull=False, val=ast.String(sval=str(table)))]
     args += [ast.NamedArgExpr(name=_ENABLE_ARGS.get(k, k), argnumber=-1,
-                              arg=ast.A_Const(isnull=False, val=ast.String(sval=v))) for k, v in values.items()]
+                              arg=ast.A_Const(isnull=False, val=ast.String(sval=v)))
+             for k, v in values.items() if k in _ENABLE_PARAMS]
     call = ast.FuncCall(funcname=(ast.String(sval="ttl"), ast.String(sval="enable")), args=tuple(args),
                         funcformat=CoercionForm.COERCE_EXPLICIT_CALL)
-    return str(RawStream()(ast.SelectStmt(targetList=(ast.ResTarget(val=call),))))
+    text = str(RawStream()(ast.SelectStmt(targetList=(ast.ResTarget(val=call),))))
+    rest = {k: v for k, v in values.items() if k not in _ENABLE_PARAMS}
+    return text + (";\n" + ttl_ddl(table_name, schema, rest) if rest else "")
 
 
 @Operations.implementation_for(EnableTTLOp)

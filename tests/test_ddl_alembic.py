@@ -42,7 +42,8 @@ REVISIONS = {
 
         def upgrade():
             op.execute("CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
-            op.enable_ttl("events", expire_after="30 days", column="created_at", job_cron="@daily")
+            op.enable_ttl("events", expire_after="30 days", column="created_at", job_cron="@daily",
+                          value_ttl_overrides_table_ttl=True)
 
         def downgrade():
             op.disable_ttl("events")
@@ -77,7 +78,8 @@ REVISIONS = {
         revision = "r3"
         down_revision = "r2"
 
-        BEFORE = {"expire_after": "30 days", "column": "created_at", "delete_batch_size": 500, "pause": True}
+        BEFORE = {"expire_after": "30 days", "column": "created_at", "delete_batch_size": 500, "pause": True,
+                  "value_ttl_overrides_table_ttl": True}
 
         def upgrade():
             op.disable_ttl("events", existing=BEFORE)
@@ -141,6 +143,7 @@ def test_upgrade_and_downgrade_restore_each_state(db: Conn, run: Any) -> None:
     run("upgrade", "r1")
     s1 = _state(db)
     assert s1["events"]["ttl_expire_after"] == "30 days" and s1["events"]["ttl_job_cron"] == "@daily"
+    assert s1["events"]["ttl_value_ttl_overrides_table_ttl"] == "true"
     assert s1["version"] == ("r1",)
 
     run("upgrade", "r2")
@@ -206,6 +209,8 @@ def test_operations_check_and_reverse() -> None:
         enable_sql("t", None, {"expire_after": "soon"})
     assert enable_sql("My T", "s", {"expiration_expression": "x"}) == (
         "SELECT ttl.enable('s.\"My T\"', expiration_expression => 'x')")
+    assert enable_sql("t", None, {"expire_after": "1 day", "strict": True}) == (
+        "SELECT ttl.enable('t', expire_after => '1 day');\nALTER TABLE t SET (ttl_strict = 'true')")
     op = EnableTTLOp("t", expire_after="1 day", column="at")
     back = op.reverse()
     assert isinstance(back, DisableTTLOp) and back.existing == {"expire_after": "1 day", "column": "at"}
