@@ -55,24 +55,26 @@ def _create_policies(server: BenchServer, db: str, n: int) -> None:
 
 
 def _wait_for_first_pass(server: BenchServer, db: str, policies: int, proc: subprocess.Popen[Any],
-                         limit_s: float) -> float | None:
-    """A fresh worker first runs every table once (the last due tick); idle means after that pass.
-
-    Returns how long the pass took, or None when the worker records no runs
-    (then the warm-up alone separates start-up from idling).
-    """
+                         limit_s: float) -> dict[str, Any]:
+    """A fresh worker first runs every table once (a table that never ran is due at once); idle means after
+    that pass. Waits for it, at most ``limit_s``, and says how far it got."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s and proc.poll() is None:
+    done = 0
+    while proc.poll() is None:
         with server.admin(db) as conn:
-            if conn.execute("SELECT to_regclass('ttl.run') IS NULL").fetchone() == (True,):
-                return None
             row = conn.execute("SELECT count(DISTINCT relid) FILTER (WHERE finished_at IS NOT NULL), "
                                "count(*) FILTER (WHERE finished_at IS NULL) FROM ttl.run").fetchone()
         assert row is not None
-        if int(row[0]) >= policies and int(row[1]) == 0:
-            return time.monotonic() - t0
+        done = int(row[0])
+        elapsed = time.monotonic() - t0
+        if done >= policies and int(row[1]) == 0:
+            return {"finished": True, "seconds": elapsed, "tables_done": done, "per_table_s": elapsed / policies}
+        if elapsed > limit_s:
+            break
         time.sleep(0.2)
-    return None
+    elapsed = time.monotonic() - t0
+    return {"finished": False, "seconds": elapsed, "tables_done": done,
+            "per_table_s": elapsed / done if done else None}
 
 
 def _window(server: BenchServer, db: str, seconds: float, pid: int | None) -> dict[str, Any]:
@@ -105,7 +107,7 @@ def run(server: BenchServer, cfg: Config, ttl_template: str | None, missing: str
             proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "worker", "--dsn", server.dsn(db)],
                                     stdout=logf, stderr=subprocess.STDOUT, cwd=ROOT, env=_cli_env())
             try:
-                catch_up_s = _wait_for_first_pass(server, db, cfg.idle_policies, proc, cfg.limit_s)
+                first_pass = _wait_for_first_pass(server, db, cfg.idle_policies, proc, cfg.idle_first_pass_limit_s)
                 time.sleep(cfg.idle_warmup_s)
                 if proc.poll() is not None:
                     logf.seek(0)
@@ -120,8 +122,10 @@ def run(server: BenchServer, cfg: Config, ttl_template: str | None, missing: str
                     proc.wait()
             logf.seek(0)
             tail = logf.read()[-600:]
-    result.update(available=True, first_pass_s=catch_up_s, baseline_no_worker=baseline, idle=window,
-                  worker_exit_code=proc.returncode, worker_log_tail=tail)
-    log(f"idle worker: {window['statements_per_s']:.2f} statements/s, worker CPU {window['worker_cpu_pct']:.2f}%, "
+    result.update(available=True, first_pass=first_pass, idle_reached=first_pass["finished"],
+                  baseline_no_worker=baseline, idle=window, worker_exit_code=proc.returncode, worker_log_tail=tail)
+    log(f"idle worker: first pass {'done' if first_pass['finished'] else 'NOT done'} "
+        f"({first_pass['tables_done']} tables in {first_pass['seconds']:.1f} s); "
+        f"{window['statements_per_s']:.2f} statements/s, worker CPU {window['worker_cpu_pct']:.2f}%, "
         f"server CPU {window['server_cpu_pct']:.2f}% (no worker: {baseline['server_cpu_pct']:.2f}%)")
     return result

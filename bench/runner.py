@@ -27,13 +27,14 @@ class Config:
     part_sizes: tuple[int, ...] = (10_000, 100_000)
     fg_rate: int = 400
     fg_clients: int = 4
-    fg_baseline_s: float = 8.0
+    fg_baseline_s: float = 5.0
     fg_warmup_s: float = 1.5
     trigger_rows: int = 500_000
-    trigger_pgbench_s: float = 5.0
+    trigger_pgbench_s: float = 3.0
     idle_policies: int = 1000
     idle_warmup_s: float = 5.0
     idle_window_s: float = 30.0
+    idle_first_pass_limit_s: float = 150.0
     limit_s: float = 180.0
     pgttl_entry: str = "cli"
     pgttl_startup_s: float = 0.0
@@ -47,13 +48,14 @@ class Config:
             scale=s, reps=reps,
             plain_rows=max(2_000, int(2_000_000 * s)),
             part_sizes=(max(100, int(10_000 * s)), max(1_000, int(100_000 * s))),
-            fg_baseline_s=max(1.0, 8.0 * min(1.0, s * 4)),
+            fg_baseline_s=max(1.0, 5.0 * min(1.0, s * 4)),
             fg_warmup_s=0.3 if s < 0.1 else 1.5,
             trigger_rows=max(2_000, int(500_000 * s)),
-            trigger_pgbench_s=max(1.0, 5.0 * min(1.0, s * 4)),
+            trigger_pgbench_s=max(1.0, 3.0 * min(1.0, s * 4)),
             idle_policies=max(10, int(1000 * min(1.0, s * 4))),
             idle_warmup_s=max(1.0, 5.0 * min(1.0, s * 4)),
             idle_window_s=max(2.0, 30.0 * min(1.0, s * 4)),
+            idle_first_pass_limit_s=max(20.0, 150.0 * min(1.0, s * 4)),
             limit_s=max(30.0, 180.0 * min(1.0, s * 2)),
         )
 
