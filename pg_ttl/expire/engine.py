@@ -176,12 +176,34 @@ def _summarise(result: TableResult) -> None:
         result.status = "partial"
 
 
+# A unit finished by another run with the very same cutoff (workers sharing one
+# scheduled round pass it) under the current policy. cutoff <= started_at, so
+# the (relid, started_at) index finds the candidate runs.
+DONE_FOR_CUTOFF = """
+SELECT r.run_id FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
+ WHERE r.relid = %(relid)s AND r.started_at >= %(cutoff)s AND r.cutoff = %(cutoff)s AND r.run_id <> %(run_id)s
+   AND r.started_at >= (SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid)
+   AND u.unit_relid = %(unit)s AND u.status = 'ok' AND u.action <> 'skip'
+ LIMIT 1
+"""
+
+
 def run_unit(ctx: UnitContext) -> UnitResult:
     unit, conn = ctx.unit, ctx.conn
     started = time.monotonic()
     res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
     if not claims.try_claim(conn, unit.relid):
         res.action, res.status, res.error = "skip", "skipped", "busy: another run is working on it"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
+        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
+        return res
+    # Workers sharing one scheduled round pass the same cutoff; a unit another
+    # run already finished up to this cutoff has nothing left (pg_ttl.worker).
+    done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
+                                          "run_id": ctx.run_id, "unit": unit.relid}).fetchone()
+    if done is not None:
+        claims.release(conn, unit.relid)
+        res.action, res.status, res.error = "skip", "skipped", f"done: run {done[0]} finished it for this cutoff"
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
         history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
         return res
