@@ -58,6 +58,8 @@ BEGIN
            SET due_at = p_due, started_at = started, finished_at = NULL,
                started_by = p_worker, last_status = 'running'
          WHERE relid = p_relid;
+        -- Wake the other workers: they may join this round (partitioned tables).
+        PERFORM pg_catalog.pg_notify('pg_ttl', 'run ' || p_relid::regclass::text);
         verdict := 'start';
         round_started := started;
         RETURN;

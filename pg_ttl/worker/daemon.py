@@ -58,8 +58,19 @@ SELECT pg_catalog.pg_is_in_recovery(),
                    'cron', p.job_cron,
                    'override', p.job_cron_override,
                    'paused', p.paused,
+                   'partitioned', c.relkind = 'p',
+                   'running', r.relid IS NOT NULL,
                    'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END))
-                  FROM ttl.policies p LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid), '[]')
+                  FROM ttl.policies p
+                  JOIN pg_catalog.pg_class c ON c.oid = p.relid
+                  LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
+                  -- one scan of pg_locks for all tables: who holds a run lock (see sql/60_worker.sql)
+                  LEFT JOIN (SELECT DISTINCT l.objid AS relid FROM pg_catalog.pg_locks l
+                              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                                AND l.classid = 1953786999::oid AND l.pid <> pg_catalog.pg_backend_pid()
+                                AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                   WHERE d.datname = pg_catalog.current_database())) r
+                         ON r.relid = p.relid), '[]')
 """
 IS_INSTALLED = "SELECT pg_catalog.to_regclass('ttl.worker_schedule') IS NOT NULL AND " \
                "pg_catalog.to_regclass('ttl.run') IS NOT NULL"
@@ -329,6 +340,7 @@ class DatabaseLoop(threading.Thread):
         self.scheduler.min_interval = parse_interval(min_interval)
         entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
                          cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
+                         partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
                          last_due=_parse_ts(p["due"])) for p in policies]
         added, removed = self.scheduler.sync(entries)
         for e in added:
@@ -362,8 +374,8 @@ class DatabaseLoop(threading.Thread):
         row = conn.execute(BEGIN_RUN, (entry.relid, tick, cfg.name)).fetchone()
         verdict = str(row[0]) if row else "done"
         round_started = row[1] if row else None
+        entry.skipped_due = tick  # decided: this worker does not come back to this tick
         if verdict in ("skip", "done"):
-            entry.skipped_due = tick
             if verdict == "skip":
                 self._log(logging.WARNING, "run skipped: the previous run of this table is still going",
                           table=entry.table, tick=tick)

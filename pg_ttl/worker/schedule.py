@@ -86,7 +86,9 @@ class Entry:
     override: bool = False
     paused: bool = False
     last_due: datetime | None = None     # latest tick any worker started (ttl.worker_schedule)
-    skipped_due: datetime | None = None  # latest tick this worker skipped (overlap) or found done
+    skipped_due: datetime | None = None  # latest tick this worker decided about (ran, joined, skipped, found done)
+    partitioned: bool = False
+    running_elsewhere: bool = False      # another worker holds the run lock (its round may be joined)
     running: bool = False
     error: str | None = None             # cron croniter cannot read: never due, reported
     lag_checked: float = 0.0             # monotonic time of the last lag measurement
@@ -127,12 +129,20 @@ class Scheduler:
                 continue
             old.table, old.qualified, old.cron = row.table, row.qualified, row.cron
             old.override, old.paused, old.error = row.override, row.paused, row.error
+            old.partitioned, old.running_elsewhere = row.partitioned, row.running_elsewhere
             # Another worker may have run it meanwhile: the catalog's tick only moves forward.
             if row.last_due is not None and (old.last_due is None or row.last_due > old.last_due):
                 old.last_due = row.last_due
         for e in removed:
             del self.entries[e.relid]
         return added, removed
+
+    @staticmethod
+    def joinable(e: Entry) -> bool:
+        """Another worker is running a round of this partitioned table that this worker has not decided about:
+        take part (the engine's per-partition claims split the work)."""
+        return (e.partitioned and e.running_elsewhere and e.last_due is not None
+                and (e.skipped_due is None or e.skipped_due < e.last_due))
 
     def due(self, now: datetime) -> list[tuple[Entry, datetime]]:
         """Tables due now with the tick each run is for, oldest tick first."""
@@ -143,6 +153,9 @@ class Scheduler:
             nd = e.next_due(self.min_interval)
             if nd is None or nd <= now:
                 out.append((e, latest_tick(e.cron, now)))
+            elif self.joinable(e):
+                assert e.last_due is not None
+                out.append((e, e.last_due))
         out.sort(key=lambda pair: (pair[1], pair[0].table))
         return out
 
@@ -151,7 +164,7 @@ class Scheduler:
         if e.error:
             return None
         nd = e.next_due(self.min_interval)
-        return now if nd is None or nd <= now else nd
+        return now if nd is None or nd <= now or self.joinable(e) else nd
 
     def next_wake(self, now: datetime) -> datetime | None:
         """The earliest time any idle table becomes due."""
