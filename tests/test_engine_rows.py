@@ -52,7 +52,8 @@ CASES = {
                                              (11, None)]),
     "bigint ns": ("bigint", "nanoseconds", [(1, EPOCH_DAY_BEFORE * 10**9), (2, EPOCH_DAY_BEFORE * 10**9 - 1),
                                             (10, EPOCH_DAY_BEFORE * 10**9 + 1), (11, None)]),
-    "numeric seconds": ("numeric", "seconds", [(1, Decimal(EPOCH_DAY_BEFORE)), (2, Decimal(EPOCH_DAY_BEFORE) - Decimal("0.5")),
+    "numeric seconds": ("numeric", "seconds", [(1, Decimal(EPOCH_DAY_BEFORE)),
+                                               (2, Decimal(EPOCH_DAY_BEFORE) - Decimal("0.5")),
                                                (10, Decimal(EPOCH_DAY_BEFORE) + Decimal("0.000001")), (11, None)]),
     "numeric ns": ("numeric", "nanoseconds", [(1, Decimal(EPOCH_DAY_BEFORE * 10**9)),
                                               (10, Decimal(EPOCH_DAY_BEFORE * 10**9) + Decimal("0.5")), (11, None)]),
@@ -100,7 +101,8 @@ def test_expression_policy_boundary_and_null(db: psycopg.Connection[Any], dsn: s
 def test_cutoff_is_server_now_and_never_later(db: psycopg.Connection[Any], dsn: str) -> None:
     db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
     # expiry 1 s after the insert: not expired at the run's now() taken right after
-    db.execute("INSERT INTO t VALUES (1, now() - interval '1 day' + interval '1 minute'), (2, now() - interval '2 days')")
+    db.execute("INSERT INTO t VALUES (1, now() - interval '1 day' + interval '1 minute'),"
+               " (2, now() - interval '2 days')")
     db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
     db.commit()
     [res] = expire(dsn)
@@ -298,7 +300,7 @@ def test_plan_changes_nothing_and_oldest_expired(db: psycopg.Connection[Any], ds
     [p] = plan(db, "t")
     assert (p.unit, p.action, p.rows, p.total_rows) == ("t", "delete", 500, 1000)
     assert p.oldest_expiry == datetime(2020, 1, 2, 0, 0, 1, tzinfo=UTC)
-    assert 0 < p.bytes_reclaimed
+    assert p.bytes_reclaimed > 0
     assert oldest_expired(db, relid[0]) == datetime(2020, 1, 2, 0, 0, 1, tzinfo=UTC)
     db.commit()
     assert len(_ids(db)) == 1000 and db.execute("SELECT count(*) FROM ttl.run").fetchone() == (0,)

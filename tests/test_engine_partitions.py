@@ -1,0 +1,207 @@
+"""Engine: partition-wise expiry (drop / detach whole range partitions, row by row elsewhere)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from pg_ttl.expire import expire, plan
+
+C = datetime(2026, 3, 10, 0, 0, tzinfo=UTC)  # the run's cutoff in these tests
+
+
+def _tables(db: psycopg.Connection[Any]) -> set[str]:
+    db.rollback()
+    return {r[0] for r in db.execute(
+        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.relkind IN ('r', 'p') AND n.nspname IN ('public', 'archive')").fetchall()}
+
+
+def _daily(db: psycopg.Connection[Any], default: bool = True) -> None:
+    """ev partitioned by day, 2026-03-05 .. 03-11, 10 rows per day at 12:00, + default partition."""
+    db.execute("CREATE TABLE ev (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    for d in range(5, 12):
+        db.execute(f"CREATE TABLE ev_{d:02d} PARTITION OF ev FOR VALUES FROM ('2026-03-{d:02d} 00:00+00')"
+                   f" TO ('2026-03-{d + 1:02d} 00:00+00')")
+    if default:
+        db.execute("CREATE TABLE ev_default PARTITION OF ev DEFAULT")
+    db.execute("""INSERT INTO ev SELECT d * 100 + g, timestamptz '2026-03-01 12:00+00' + d * interval '1 day'
+                    FROM generate_series(4, 10) d, generate_series(1, 10) g""")
+
+
+def test_expired_range_partitions_dropped_others_row_by_row(db: psycopg.Connection[Any], dsn: str) -> None:
+    _daily(db)
+    # default partition: an old row (expired) and a live one
+    db.execute("INSERT INTO ev VALUES (1, '2020-01-01'), (2, '2030-01-01')")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts')")
+    db.commit()
+    # cutoff 03-10 00:00, expire_after 1 day: a partition whose upper bound is <= 03-09 00:00 goes whole:
+    # ev_05 .. ev_07 (upper 03-06 .. 03-08) and ev_08 (upper 03-09, exactly at the cutoff).
+    # ev_09 (rows at 03-09 12:00 expire 03-10 12:00) stays; ev_10, ev_11 stay; default: row 1 goes.
+    # plan (cutoff: the real now(), months after these days) would drop every daily partition
+    plans = {p.unit: p for p in plan(db, "ev")}
+    db.commit()
+    assert {u for u, p in plans.items() if p.action == "drop"} == {f"ev_{d:02d}" for d in range(5, 12)}
+    assert (plans["ev_05"].rows, plans["ev_05"].bytes_reclaimed > 0) == (10, True)
+    assert (plans["ev_default"].action, plans["ev_default"].rows, plans["ev_default"].total_rows) == ("delete", 1, 2)
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok", res
+    assert res.partitions_dropped == 4
+    by_unit = {u.unit: u for u in res.units}
+    assert by_unit["ev_05"].action == "drop" and by_unit["ev_08"].action == "drop"
+    assert by_unit["ev_09"].action == "delete" and by_unit["ev_09"].rows_deleted == 0
+    assert by_unit["ev_default"].action == "delete" and by_unit["ev_default"].rows_deleted == 1
+    assert _tables(db) == {"public.ev", "public.ev_09", "public.ev_10", "public.ev_11", "public.ev_default"}
+    assert db.execute("SELECT count(*) FROM ev").fetchone() == (31,)
+    run = db.execute("SELECT partitions_dropped, status FROM ttl.run").fetchone()
+    assert run == (4, "ok")
+
+
+def test_partition_with_unexpired_rows_near_boundary_goes_row_by_row(db: psycopg.Connection[Any],
+                                                                     dsn: str) -> None:
+    _daily(db, default=False)
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts')")
+    db.commit()
+    # one microsecond earlier: ev_08's bound (03-09 00:00) + 1 day is after the cutoff, so not dropped;
+    # but its rows (03-08 12:00) are all expired: deleted row by row, partition kept
+    [res] = expire(dsn, cutoff=datetime(2026, 3, 9, 23, 59, 59, 999999, tzinfo=UTC))
+    by_unit = {u.unit: u for u in res.units}
+    assert by_unit["ev_07"].action == "drop"
+    assert by_unit["ev_08"].action == "delete" and by_unit["ev_08"].rows_deleted == 10
+    assert "public.ev_08" in _tables(db)
+
+
+def test_multi_level_drops_whole_subtree_and_hash_goes_row_by_row(db: psycopg.Connection[Any], dsn: str) -> None:
+    # root: RANGE by month on ts; each month: HASH by id (2 leaves)
+    db.execute("CREATE TABLE m (id int, ts timestamp, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    for month in ("01", "02", "03"):
+        nxt = f"{int(month) + 1:02d}"
+        db.execute(f"CREATE TABLE m_{month} PARTITION OF m FOR VALUES FROM ('2026-{month}-01') TO ('2026-{nxt}-01')"
+                   " PARTITION BY HASH (id)")
+        for r in (0, 1):
+            db.execute(f"CREATE TABLE m_{month}_{r} PARTITION OF m_{month} FOR VALUES WITH (MODULUS 2, REMAINDER {r})")
+    db.execute("""INSERT INTO m SELECT g, timestamp '2026-01-01' + g * interval '1 hour'
+                    FROM generate_series(0, 24 * 68) g""")  # 2026-01-01 .. 2026-03-10
+    db.execute("SELECT ttl.enable('m', expire_after => '7 days', column_name => 'ts')")
+    db.commit()
+    before = db.execute("SELECT count(*) FILTER (WHERE ts + interval '7 days' > '2026-03-10'), count(*) FROM m"
+                        ).fetchone()
+    assert before is not None
+    db.commit()  # an open transaction that read m would hold its partitions (DROP then times out)
+    # cutoff 03-10: m_01 (upper 02-01) goes whole with both hash leaves; m_02 (upper 03-01 + 7 days = 03-08)
+    # too; m_03 (upper 04-01) row by row in each hash leaf
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok", res
+    actions = sorted((u.unit, u.action) for u in res.units)
+    assert actions == [("m_01", "drop"), ("m_02", "drop"), ("m_03_0", "delete"), ("m_03_1", "delete")]
+    assert _tables(db) == {"public.m", "public.m_03", "public.m_03_0", "public.m_03_1"}
+    assert db.execute("SELECT count(*) FROM m").fetchone() == (before[0],)
+    assert res.rows_deleted > 0 and sum(u.rows_deleted for u in res.units if u.action == "delete") == res.rows_deleted
+
+
+def test_list_then_range_levels_and_expression_policy_never_drops(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE l (id int, region text, ts date) PARTITION BY LIST (region)")
+    db.execute("CREATE TABLE l_eu PARTITION OF l FOR VALUES IN ('eu') PARTITION BY RANGE (ts)")
+    db.execute("CREATE TABLE l_eu_old PARTITION OF l_eu FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
+    db.execute("CREATE TABLE l_eu_new PARTITION OF l_eu FOR VALUES FROM ('2026-02-01') TO ('2026-04-01')")
+    db.execute("CREATE TABLE l_us PARTITION OF l FOR VALUES IN ('us')")
+    db.execute("""INSERT INTO l VALUES (1, 'eu', '2026-01-15'), (2, 'eu', '2026-03-10'), (3, 'us', '2026-01-15'),
+                                       (4, 'us', '2026-03-10'), (5, 'us', NULL), (6, 'us', '2026-03-09')""")
+    db.execute("SELECT ttl.enable('l', expire_after => '1 day', column_name => 'ts')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert sorted((u.unit, u.action) for u in res.units) == [
+        ("l_eu_new", "delete"), ("l_eu_old", "drop"), ("l_us", "delete")]
+    assert [r[0] for r in db.execute("SELECT id FROM l ORDER BY id").fetchall()] == [2, 4, 5]
+    # the same table under an expression policy: no partition is provably expired, all row by row
+    db.execute("SELECT ttl.disable('l')")
+    db.execute("SELECT ttl.enable('l', expiration_expression => '(ts + 1)::timestamptz')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert {u.action for u in res.units} == {"delete"}
+
+
+def test_detach_concurrently_moves_partition_to_schema(db: psycopg.Connection[Any], dsn: str) -> None:
+    _daily(db, default=False)
+    db.execute("CREATE SCHEMA archive")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts', partition_action => 'detach',"
+               " detach_schema => 'archive')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok" and res.partitions_detached == 4
+    assert {u.strategy for u in res.units if u.action == "detach"} == {"concurrently"}
+    assert {"archive.ev_05", "archive.ev_08", "public.ev_09"} <= _tables(db)
+    assert "public.ev_05" not in _tables(db)
+    assert db.execute("SELECT count(*) FROM archive.ev_05").fetchone() == (10,)  # rows kept, table detached
+    assert db.execute("SELECT count(*) FROM pg_inherits WHERE inhrelid = 'archive.ev_05'::regclass").fetchone() == (0,)
+
+
+def test_detach_with_default_partition_falls_back_to_plain_detach(db: psycopg.Connection[Any], dsn: str) -> None:
+    _daily(db, default=True)
+    db.execute("CREATE SCHEMA archive")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts', partition_action => 'detach',"
+               " detach_schema => 'archive')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok" and res.partitions_detached == 4
+    assert {u.strategy for u in res.units if u.action == "detach"} == {"plain"}
+    assert "archive.ev_06" in _tables(db)
+
+
+def test_interrupted_detach_concurrently_is_finalized(db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
+    _daily(db, default=False)
+    db.execute("CREATE SCHEMA archive")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts', partition_action => 'detach',"
+               " detach_schema => 'archive')")
+    db.commit()
+    reader = connect(autocommit=False)
+    reader.execute("SELECT count(*) FROM ev")  # an old snapshot the detach's second phase waits for
+    detacher = connect()
+    pid = detacher.info.backend_pid
+    failure: list[BaseException] = []
+
+    def detach() -> None:
+        try:
+            detacher.execute("ALTER TABLE ev DETACH PARTITION ev_05 CONCURRENTLY")
+        except psycopg.Error as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=detach)
+    thread.start()
+    admin = connect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not admin.execute(
+            "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = 'ev_05'::regclass").fetchone()[0]:
+        time.sleep(0.02)
+    admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+    thread.join(5)
+    reader.rollback()
+    assert failure, "the detach should have been cancelled in its second phase"
+    [res] = expire(dsn, cutoff=C)
+    by_unit = {u.unit: u for u in res.units}
+    assert by_unit["ev_05"].action == "detach" and by_unit["ev_05"].strategy == "finalize"
+    assert by_unit["ev_05"].status == "ok"
+    assert "archive.ev_05" in _tables(db)
+
+
+@pytest.mark.parametrize("action", ["drop"])
+def test_busy_partition_lock_times_out_and_is_retried(db: psycopg.Connection[Any], dsn: str, connect: Any,
+                                                      action: str) -> None:
+    _daily(db, default=False)
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts')")
+    db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'lock_timeout'")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("SELECT count(*) FROM ev_06")  # holds ACCESS SHARE: DROP must wait, and times out
+    [res] = expire(dsn, cutoff=C)
+    app.rollback()
+    by_unit = {u.unit: u for u in res.units}
+    assert by_unit["ev_06"].status == "timeout" and res.status == "partial"
+    assert res.partitions_dropped == 3
+    [res] = expire(dsn, cutoff=C)
+    assert res.partitions_dropped == 1 and "public.ev_06" not in _tables(db)
