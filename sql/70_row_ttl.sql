@@ -229,6 +229,9 @@ BEGIN
         RETURN format('pg_catalog.upper(%I)', ttl._attname(tbl, cp.track_attnum));
     END IF;
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF ttl._base_sql(p) IS NULL THEN
+        RETURN NULL;  -- the table TTL lost its base (e.g. became an expression): never
+    END IF;
     RETURN format('(%s + %L::interval)', ttl._base_sql(p), cp.expire_after::text);
 END
 $fn$;
@@ -626,9 +629,9 @@ $fn$;
 -- every role subject to row security (not the owner, superusers, BYPASSRLS).
 -- If the table had no row security, pg_ttl turns it on with one permissive
 -- policy that allows everything, so nothing else changes for anyone.
--- Values: a security_invoker view ttl_live.<table> shows expired values as NULL
--- (or the column DEFAULT for NOT NULL columns); roles that put ttl_live first
--- in their search_path read it instead of the table.
+-- Values: a security_invoker view ttl_live.<table> shows expired values as
+-- NULL; roles that put ttl_live first in their search_path read it instead of
+-- the table.
 
 -- SQL that is true while the row is visible (not expired).
 CREATE OR REPLACE FUNCTION ttl._visible_sql(p ttl.policy) RETURNS text
@@ -679,7 +682,7 @@ END
 $fn$;
 
 -- The ttl_live view of a table: same columns, expired rows filtered, expired
--- values NULL (or DEFAULT). SECURITY DEFINER because ttl_live is writable by
+-- values NULL. SECURITY DEFINER because ttl_live is writable by
 -- pg_ttl only (roles put it first in their search_path); everything it does is
 -- derived from the catalog, so calling it for any table is harmless.
 CREATE OR REPLACE FUNCTION ttl._strict_view_sync(tbl oid) RETURNS void
@@ -722,17 +725,15 @@ BEGIN
             USING ERRCODE = 'duplicate_table', HINT = 'Rename one of the two tables.';
     END IF;
     SELECT string_agg(
-             CASE WHEN c.attnum IS NULL THEN format('t.%I', a.attname)
-                  ELSE format('CASE WHEN %s <= pg_catalog.now() THEN %s ELSE t.%I END AS %I',
-                              ttl._value_expiry_sql(tbl, a.attnum),
-                              CASE WHEN a.attnotnull THEN pg_get_expr(d.adbin, d.adrelid)
-                                   ELSE format('NULL::%s', format_type(a.atttypid, a.atttypmod)) END,
+             CASE WHEN c.attnum IS NULL OR ttl._value_expiry_sql(tbl, a.attnum) IS NULL THEN format('t.%I', a.attname)
+                  -- NULL also for NOT NULL columns: a DEFAULT such as nextval() must not run on reads.
+                  ELSE format('CASE WHEN %s <= pg_catalog.now() THEN NULL::%s ELSE t.%I END AS %I',
+                              ttl._value_expiry_sql(tbl, a.attnum), format_type(a.atttypid, a.atttypmod),
                               a.attname, a.attname) END,
              ', ' ORDER BY a.attnum)
       INTO cols
       FROM pg_attribute a
       LEFT JOIN ttl.column_policy c ON c.relid = tbl AND c.attnum = a.attnum
-      LEFT JOIN pg_attrdef d ON d.adrelid = tbl AND d.adnum = a.attnum
      WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped;
     stmt := format('CREATE VIEW ttl_live.%I WITH (security_invoker = true) AS SELECT %s FROM %s AS t WHERE %s',
                    view_name, cols, tbl::regclass, ttl._visible_sql(p));
@@ -794,6 +795,9 @@ BEGIN
     END IF;
     SELECT attnotnull INTO a FROM pg_attribute WHERE attrelid = part AND attname = column_name AND NOT attisdropped;
     expiry := ttl._value_expiry_sql(tbl, cp.attnum);
+    IF expiry IS NULL THEN
+        RETURN 0;
+    END IF;
     target := CASE WHEN a.attnotnull THEN 'DEFAULT' ELSE 'NULL' END;
     IF cp.relative_to = 'write' THEN
         -- A nulled value is no longer tracked: it never expires again.

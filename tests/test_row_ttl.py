@@ -199,3 +199,17 @@ def test_partitions_with_mixed_row_ttls_are_not_dropped_early(conn: Conn, dsn: s
     # per-row TTL on a partitioned table: every partition got the columns, ttl() works on them
     row = conn.execute("SELECT ttl.ttl(h) FROM hits h").fetchone()
     assert row is not None and 3590 <= row[0] <= 3600
+
+
+def test_uninstall_removes_what_per_row_ttl_added(conn: Conn, dsn: str, cli: Any) -> None:
+    conn.execute("SELECT ttl.enable('pageviews', expire_after => '1 day')")
+    conn.execute("SELECT ttl.enable_column('pageviews', 'views', '1 hour', 'write')")
+    conn.execute("SELECT ttl.set_option('pageviews', 'strict', 'true')")
+    conn.execute("INSERT INTO pageviews VALUES ('/a', 1, 'x')")
+    result = cli("uninstall", "--dsn", dsn, "--yes")
+    assert result.returncode == 0, result.stderr
+    assert columns(conn, "pageviews") == ["path", "views", "note"]
+    assert triggers(conn, "pageviews") == []
+    assert conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = 'pageviews'::regclass").fetchone() == (False,)
+    assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname IN ('ttl', 'ttl_live')").fetchone() == (0,)
+    assert conn.execute("SELECT * FROM pageviews").fetchall() == [("/a", 1, "x")]
