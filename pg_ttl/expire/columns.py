@@ -44,8 +44,13 @@ SELECT DISTINCT cp.relid, n.nspname, c.relname
    AND (%s::oid[] IS NULL OR cp.relid = ANY(%s::oid[]))
  ORDER BY n.nspname, c.relname
 """
+# pg_partition_tree() is empty for a plain table: then the table is its own leaf.
 LEAVES = """
-SELECT t.relid::oid, n.nspname, c.relname FROM pg_catalog.pg_partition_tree(%s::oid::regclass) t
+SELECT t.relid::oid, n.nspname, c.relname
+  FROM (SELECT relid, isleaf FROM pg_catalog.pg_partition_tree(%(relid)s::oid::regclass)
+        UNION ALL
+        SELECT %(relid)s::oid::regclass, true
+         WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(%(relid)s::oid::regclass))) t
   JOIN pg_catalog.pg_class c ON c.oid = t.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE t.isleaf AND c.relkind = 'r'
@@ -106,7 +111,7 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
         started = time.monotonic()
         result = TableResult(name, history.start_run(conn, relid, name, worker, cutoff), "ok")
         assert result.run_id is not None
-        for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, (relid,)).fetchall():
+        for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
             leaf_label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
             if not claims.try_claim(conn, leaf):
                 history.start_unit(conn, result.run_id, leaf, leaf_label, "skip", None, None)

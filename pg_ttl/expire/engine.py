@@ -83,7 +83,8 @@ def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list
         row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
         if row is None or row[0] is None:
             raise EngineError(f'table "{name}" does not exist')
-        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s", (row[0],)).fetchone() is None:
+        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s UNION ALL "
+                        "SELECT 1 FROM ttl.column_policy WHERE relid = %s", (row[0], row[0])).fetchone() is None:
             raise EngineError(f'table "{name}" has no TTL policy (enable one with ttl.enable)')
         relids.append(int(row[0]))
     return relids
