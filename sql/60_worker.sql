@@ -97,3 +97,21 @@ AS $fn$
            host = excluded.host, pid = excluded.pid, version = excluded.version,
            started_at = CASE WHEN w.pid <> excluded.pid THEN pg_catalog.now() ELSE w.started_at END
 $fn$;
+
+-- What the worker schedules: every table policy, plus tables that only have
+-- column policies (scheduled by the default_job_cron setting).
+CREATE OR REPLACE VIEW ttl.worker_tables AS
+SELECT p.relid, p.table_name, p.schema_name, p.relname, p.job_cron, p.job_cron_override, p.paused,
+       p.created_at, 'table'::text AS kind
+  FROM ttl.policies p
+UNION ALL
+SELECT cp.relid, cp.relid::regclass::text, n.nspname, c.relname,
+       coalesce((SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
+       false, false, min(cp.created_at), 'columns'::text
+  FROM ttl.column_policy cp
+  JOIN pg_catalog.pg_class c ON c.oid = cp.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = cp.relid)
+ GROUP BY cp.relid, n.nspname, c.relname;
+
+GRANT SELECT ON ttl.worker_tables TO PUBLIC;

@@ -252,3 +252,24 @@ def test_worker_errors_are_one_line(cli: Any, tmp_path: Path) -> None:
     assert res.returncode == 2 and "cannot read config file" in res.stderr and "Traceback" not in res.stderr
     res = cli("worker", "--dsn", "dbname=x", "--metrics-addr", "nonsense")
     assert res.returncode == 2 and "metrics_addr must be host:port" in res.stderr
+
+
+def test_column_only_table_is_scheduled_and_nulled_values_are_counted(dsn: str, connect: Any) -> None:
+    conn = connect()
+    conn.execute("CREATE TABLE pv (path text PRIMARY KEY, views int, note text)")
+    conn.execute("SELECT ttl.enable_column('pv', 'views', '1 second', 'write')")
+    conn.execute("INSERT INTO pv VALUES ('/a', 1, 'x'), ('/b', 2, 'y'), ('/c', 3, 'z')")
+    time.sleep(1.1)  # the values' TTL
+    w = WorkerProcess("--dsn", dsn, "--metrics-addr", "127.0.0.1:0", *FAST)
+    try:
+        port = w.metrics_port
+        done = w.wait_for("run finished", table="pv")[0]
+        assert done["values_nulled"] == 3
+        assert conn.execute("SELECT path, views, note FROM pv ORDER BY path").fetchall() == [
+            ("/a", None, "x"), ("/b", None, "y"), ("/c", None, "z")]
+        nulled = conn.execute("SELECT sum(values_nulled) FROM ttl.run_unit").fetchone()[0]
+        m = scrape(port)
+        assert m[f'pg_ttl_rows_nulled_total{{database="{conn.info.dbname}",table="pv"}}'] == nulled == 3
+        assert w.stop() == 0
+    finally:
+        w.close()

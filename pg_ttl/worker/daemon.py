@@ -61,7 +61,7 @@ SELECT pg_catalog.pg_is_in_recovery(),
                    'partitioned', c.relkind = 'p',
                    'running', r.relid IS NOT NULL,
                    'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END))
-                  FROM ttl.policies p
+                  FROM ttl.worker_tables p
                   JOIN pg_catalog.pg_class c ON c.oid = p.relid
                   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
                   -- one scan of pg_locks for all tables: who holds a run lock (see sql/60_worker.sql)
@@ -78,6 +78,7 @@ PRUNE_SCHEDULE = "DELETE FROM ttl.worker_schedule s " \
                  "WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = s.relid)"
 BEGIN_RUN = "SELECT verdict, round_started FROM ttl.worker_begin_run(%s, %s, %s)"
 END_RUN = "SELECT ttl.worker_end_run(%s, %s, %s)"
+VALUES_NULLED = "SELECT coalesce(sum(values_nulled), 0) FROM ttl.run_unit WHERE run_id = %s"
 HEARTBEAT = "SELECT ttl.worker_heartbeat(%s, %s, %s, %s, %s, %s)"
 
 Engine = Callable[..., Sequence[Any]]
@@ -396,13 +397,15 @@ class DatabaseLoop(threading.Thread):
             results = self.shared.engine(self.db.dsn, [entry.qualified or entry.table], **kwargs)
             statuses = []
             for result in results:
-                self.shared.metrics.record_run(self.db.name, _Labelled(result, entry.table))
+                nulled = self._values_nulled(conn, getattr(result, "run_id", None))
+                self.shared.metrics.record_run(self.db.name, _Labelled(result, entry.table, nulled))
                 statuses.append(str(result.status))
                 self._log(logging.INFO if result.status in ("ok", "paused", "busy") else logging.WARNING,
                           "run finished", table=entry.table, run_id=getattr(result, "run_id", None),
                           status=result.status, rows_selected=result.rows_selected, rows=result.rows_deleted,
                           partitions_dropped=result.partitions_dropped,
-                          partitions_detached=result.partitions_detached, duration=result.duration)
+                          partitions_detached=result.partitions_detached, values_nulled=nulled,
+                          duration=result.duration)
             status = statuses[0] if len(statuses) == 1 else ("ok" if not statuses else ",".join(statuses))
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             duration = time.monotonic() - started
@@ -419,6 +422,16 @@ class DatabaseLoop(threading.Thread):
             self.touch()
         conn.execute(END_RUN, (entry.relid, tick, status[:40]))
         self._measure_lag(conn, entry)
+
+    def _values_nulled(self, conn: psycopg.Connection[Any], run_id: int | None) -> int:
+        """Column values the run nulled (kept in the run history only, not in the engine's result)."""
+        if run_id is None:
+            return 0
+        try:
+            row = conn.execute(VALUES_NULLED, (run_id,)).fetchone()
+        except psycopg.errors.UndefinedColumn:  # a schema without column TTL
+            return 0
+        return int(row[0]) if row else 0
 
     # -- expiration lag -------------------------------------------------------------
     def _measure_lag(self, conn: psycopg.Connection[Any], entry: Entry) -> None:
@@ -457,11 +470,12 @@ class DatabaseLoop(threading.Thread):
 
 
 class _Labelled:
-    """A TableResult whose ``table`` is the name the worker labels metrics with."""
+    """A TableResult whose ``table`` is the name the worker labels metrics with, plus its nulled values."""
 
-    def __init__(self, result: Any, table: str) -> None:
+    def __init__(self, result: Any, table: str, rows_nulled: int = 0) -> None:
         self._result = result
         self.table = table
+        self.rows_nulled = rows_nulled
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._result, name)

@@ -24,7 +24,7 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused,
        r.run_id, r.status, r.worker, r.started_at, r.finished_at, r.rows_selected, r.rows_deleted,
        r.partitions_dropped, r.partitions_detached, r.error,
        (SELECT value FROM ttl.settings WHERE name = 'min_job_interval') AS min_interval
-  FROM ttl.policies p
+  FROM ttl.worker_tables p
   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
   LEFT JOIN LATERAL (SELECT * FROM ttl.run r WHERE r.relid = p.relid AND r.status <> 'busy'
                       ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1) r ON true
