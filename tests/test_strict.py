@@ -43,6 +43,11 @@ def test_expired_rows_invisible_to_app_owner_sees_all(conn: Conn, app: Conn) -> 
     conn.execute("SELECT ttl.set_option('pageviews', 'strict', 'true')")
     assert paths(app) == ["/live", "/never"]
     assert paths(conn) == ["/dead", "/live", "/never"]  # the owner (and the worker) see everything
+    conn.execute("SET ROLE ttl_app")  # the same from a session that switched to the application role
+    try:
+        assert paths(conn) == ["/live", "/never"]
+    finally:
+        conn.execute("RESET ROLE")
     # point lookups, counts, UPDATE/DELETE ... WHERE all go through the same filter
     assert app.execute("SELECT count(*) FROM pageviews WHERE path = '/dead'").fetchone() == (0,)
     assert app.execute("UPDATE pageviews SET views = 9 WHERE path = '/dead'").rowcount == 0
