@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -31,8 +32,9 @@ def test_row_ttl_row_is_gone(db: Conn, dsn: str) -> None:
         INSERT INTO pageviews (path, views, note) VALUES ('/kept', 10, 'b') USING TTL 3600;
         INSERT INTO pageviews (path, views, note) VALUES ('/forever', 10, 'c') USING TTL 0;
     """)
-    left = dict(db.execute("SELECT path, ttl.ttl(p) FROM pageviews p").fetchall())
-    assert left == {"/gone": 1, "/kept": 3600, "/forever": None}
+    # each row's TTL, exactly: expiry - write time
+    ttls = dict(db.execute("SELECT path, ttl.expires_at(p) - ttl.write_time(p) FROM pageviews p").fetchall())
+    assert ttls == {"/gone": timedelta(seconds=1), "/kept": timedelta(hours=1), "/forever": None}
     time.sleep(1.1)
     (result,) = expire(dsn, ["pageviews"])
     assert result.rows_deleted == 1
@@ -47,8 +49,10 @@ def test_update_using_ttl_expires_only_that_value(db: Conn, dsn: str) -> None:
         INSERT INTO pageviews (path, views, note) VALUES ('/a', 1, 'x'), ('/b', 2, 'y');
         UPDATE pageviews USING TTL 1 SET views = 10 WHERE path = '/a';
     """)
-    assert db.execute("SELECT ttl.ttl(p, 'views'), ttl.ttl(p) FROM pageviews p WHERE path = '/a'").fetchone() == (
-        1, 86400)
+    # the value got the USING TTL, the row kept the table TTL
+    assert db.execute("SELECT ttl.expires_at(p, 'views') - ttl.write_time(p, 'views'), "
+                      "ttl.expires_at(p) - ttl.write_time(p) FROM pageviews p WHERE path = '/a'").fetchone() == (
+        timedelta(seconds=1), timedelta(days=1))
     time.sleep(1.1)
     (result,) = expire(dsn, ["pageviews"])
     assert result.status == "ok" and result.rows_deleted == 0
