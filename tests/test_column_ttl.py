@@ -166,3 +166,15 @@ def test_disable_column_removes_tracking(conn: Conn) -> None:
 def test_row_base_needs_a_table_base(conn: Conn) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="relative_to = row needs a table TTL"):
         conn.execute("SELECT ttl.enable_column('pageviews', 'views', '1 hour', 'row')")
+
+
+def test_column_only_plain_table_through_the_engine(conn: Conn, dsn: str) -> None:
+    """A table with column TTLs and no table TTL: expire() nulls its values (the worker's path)."""
+    conn.execute("SELECT ttl.enable_column('pageviews', 'views', '1 hour', 'write')")
+    conn.execute("INSERT INTO pageviews (path, views) VALUES ('/a', 1), ('/b', 2)")
+    conn.execute("UPDATE pageviews SET ttl_cell_views = tstzrange(now() - interval '2 hours', "
+                 "now() - interval '1 hour') WHERE path = '/a'")
+    results = expire(dsn)
+    assert [(r.table, r.status) for r in results] == [("pageviews", "ok")]
+    assert rows(conn, "path, views") == [("/a", None), ("/b", 2)]
+    assert conn.execute("SELECT unit_name, values_nulled FROM ttl.run_unit").fetchall() == [("pageviews", 1)]
