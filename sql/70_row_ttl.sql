@@ -29,24 +29,35 @@ AS $fn$
     SELECT nullif(current_setting('pg_ttl.row_ttl', true), '')::interval
 $fn$;
 
--- CQL's USING TTL: rows (and tracked values) written by the rest of this
--- transaction expire `ttl` after their write; 0 means never.
-CREATE OR REPLACE FUNCTION ttl.using_ttl(ttl interval) RETURNS interval
+-- local => false: for the rest of the session (until RESET pg_ttl.row_ttl or
+-- the next call), which also works in autocommit mode, where a
+-- transaction-local override would end with this very statement.
+CREATE OR REPLACE FUNCTION ttl.using_ttl(ttl interval, local boolean) RETURNS interval
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF ttl IS NULL THEN
-        PERFORM set_config('pg_ttl.row_ttl', '', true);
-        RETURN NULL;
-    END IF;
     IF ttl < interval '0' THEN
         RAISE EXCEPTION 'TTL must not be negative, got %', ttl USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Give an interval > 0, or 0 for "never expires".';
     END IF;
-    PERFORM set_config('pg_ttl.row_ttl', ttl::text, true);
+    IF local AND transaction_timestamp() = statement_timestamp() THEN
+        -- Most likely autocommit: this statement is its own transaction.
+        RAISE NOTICE 'ttl.using_ttl: the TTL override lasts until the end of this transaction'
+            USING HINT = 'Call it inside BEGIN ... COMMIT with the writes, or use ttl.using_ttl(ttl, false) for the session.';
+    END IF;
+    PERFORM set_config('pg_ttl.row_ttl', coalesce(ttl::text, ''), local);
     RETURN ttl;
 END
+$fn$;
+
+-- CQL's USING TTL: rows (and tracked values) written by the rest of this
+-- transaction expire `ttl` after their write; 0 means never.
+CREATE OR REPLACE FUNCTION ttl.using_ttl(ttl interval) RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT ttl.using_ttl(ttl, true)
 $fn$;
 
 -- Expiry of a value written now, with table/column TTL `default_ttl`.

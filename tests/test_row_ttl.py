@@ -213,3 +213,18 @@ def test_uninstall_removes_what_per_row_ttl_added(conn: Conn, dsn: str, cli: Any
     assert conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = 'pageviews'::regclass").fetchone() == (False,)
     assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname IN ('ttl', 'ttl_live')").fetchone() == (0,)
     assert conn.execute("SELECT * FROM pageviews").fetchall() == [("/a", 1, "x")]
+
+
+def test_using_ttl_session_scope_for_autocommit(conn: Conn) -> None:
+    conn.execute("SELECT ttl.enable('pageviews', expire_after => '1 hour')")
+    conn.execute("SELECT ttl.set_option('pageviews', 'value_ttl_overrides_table_ttl', 'true')")
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+    conn.execute("SELECT ttl.using_ttl('10 seconds')")  # autocommit: ends with this statement
+    assert notices and "until the end of this transaction" in notices[0]
+    conn.execute("SELECT ttl.using_ttl('20 seconds', false)")  # the session: survives autocommit
+    conn.execute("INSERT INTO pageviews VALUES ('/a', 1)")
+    conn.execute("RESET pg_ttl.row_ttl")
+    conn.execute("INSERT INTO pageviews VALUES ('/b', 1)")
+    ttls = dict(conn.execute("SELECT path, ttl.expires_at(p) - ttl.write_time(p) FROM pageviews p").fetchall())
+    assert {k: v.total_seconds() for k, v in ttls.items()} == {"/a": 20, "/b": 3600}
