@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pg_ttl.expire import expire
 from tests.helpers import catalog_state
@@ -228,3 +230,30 @@ def test_using_ttl_session_scope_for_autocommit(conn: Conn) -> None:
     conn.execute("INSERT INTO pageviews VALUES ('/b', 1)")
     ttls = dict(conn.execute("SELECT path, ttl.expires_at(p) - ttl.write_time(p) FROM pageviews p").fetchall())
     assert {k: v.total_seconds() for k, v in ttls.items()} == {"/a": 20, "/b": 3600}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table_s=st.integers(1, 10**6), override_s=st.one_of(st.none(), st.integers(0, 10**6)),
+       override_wins=st.booleans())
+def test_expiry_rule_property(conn: Conn, table_s: int, override_s: int | None, override_wins: bool) -> None:
+    """expiry - write time = the table TTL, the override, or the later of the two (0 = never)."""
+    with conn.transaction():
+        conn.execute("CREATE TABLE IF NOT EXISTS prop (id int)")
+        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = 'prop'::regclass").fetchone() is None:
+            conn.execute("SELECT ttl.enable('prop', expire_after => '1 day')")
+        conn.execute("SELECT ttl.set_options('prop', %s::jsonb)",
+                     (f'{{"expire_after": "{table_s} seconds", "value_ttl_overrides_table_ttl": "{override_wins}"}}',))
+        if override_s is not None:
+            conn.execute("SELECT ttl.using_ttl(make_interval(secs => %s))", (override_s,))
+        conn.execute("TRUNCATE prop")
+        conn.execute("INSERT INTO prop VALUES (1)")
+        conn.execute("UPDATE prop SET id = 2 WHERE false")
+        got = conn.execute("SELECT ttl.expires_at(p) - ttl.write_time(p) FROM prop p").fetchone()
+        assert got is not None
+        if override_s is None:
+            expected: float | None = table_s
+        elif override_s == 0:
+            expected = None
+        else:
+            expected = override_s if override_wins else max(table_s, override_s)
+        assert (None if got[0] is None else got[0].total_seconds()) == expected
