@@ -29,6 +29,7 @@ $fn$;
 --   'join' : another worker started this tick and is still at it; help (the
 --            engine's claims split the partitions)
 --   'skip' : an older tick's run is still going: this tick is skipped
+--   'resume': this tick's run was interrupted and nobody is at it: take it up again
 --   'done' : this tick (or a later one) was already run
 -- For 'start' and 'join' the caller holds the run lock until ttl.worker_end_run.
 -- round_started: when the starter began this tick's run; every worker taking
@@ -69,6 +70,15 @@ BEGIN
         round_started := s.started_at;
         RETURN;
     END IF;
+    -- Nobody is at it, yet the round never finished: its worker died, lost the
+    -- server, or was stopped mid-run. Take it up again with the same cutoff
+    -- (the engine resumes each unit from its checkpoint).
+    IF s.due_at = p_due AND s.finished_at IS NULL AND s.started_at IS NOT NULL THEN
+        UPDATE ttl.worker_schedule SET started_by = p_worker, last_status = 'running' WHERE relid = p_relid;
+        verdict := 'resume';
+        round_started := s.started_at;
+        RETURN;
+    END IF;
     PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
     verdict := 'done';
 END
@@ -79,7 +89,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    UPDATE ttl.worker_schedule SET finished_at = pg_catalog.clock_timestamp(), last_status = p_status
+    -- 'interrupted' (the worker is stopping mid-run) leaves the round open, to be resumed.
+    UPDATE ttl.worker_schedule
+       SET finished_at = CASE WHEN p_status = 'interrupted' THEN NULL ELSE pg_catalog.clock_timestamp() END,
+           last_status = p_status
      WHERE relid = p_relid AND due_at = p_due;
     PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
 END

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.worker_proc import WorkerProcess, wait_until
+from pg_ttl import install
+from pg_ttl.localserver import LocalServer
+from pg_ttl.worker.schedule import latest_tick
+from tests.worker_proc import WorkerProcess, scrape, wait_until
 
 FAST = ("--poll-interval", "0.5", "--max-backoff", "1")
 PARTITIONS = 12
@@ -78,3 +87,181 @@ def test_workers_split_a_partitioned_table_without_overlap(dsn: str, connect: An
         # The late worker met finished partitions and left them alone.
         done_skips = [u for u in units if u[1] == f"w{workers}" and u[2] == "skip"]
         assert done_skips, units
+
+
+# -- a server of our own: restarted, cloned into a standby, and its statement log counted ---------------
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[LocalServer]:
+    server = LocalServer(settings={"log_statement": "all", "log_line_prefix": "@%d@%a@",
+                                   "max_wal_senders": "4"})
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+def _fresh_db(server: LocalServer, name: str) -> str:
+    dsn = server.create_database(name)
+    install.upgrade(dsn)
+    return dsn
+
+
+def _ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 10, live: int = 2) -> None:
+    conn.execute(f"CREATE TABLE {name} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)")
+    conn.execute(f"INSERT INTO {name} (created_at) SELECT now() - interval '2 days' FROM generate_series(1, %s)",
+                 (expired,))
+    conn.execute(f"INSERT INTO {name} (created_at) SELECT now() FROM generate_series(1, %s)", (live,))
+    conn.execute(f"SELECT ttl.enable('{name}', expire_after => '1 day', column_name => 'created_at')")
+
+
+def test_worker_survives_a_server_restart(own_server: LocalServer) -> None:
+    dsn = _fresh_db(own_server, "restart")
+    conn = psycopg.connect(dsn, autocommit=True)
+    w = WorkerProcess("--dsn", dsn, "--metrics-addr", "127.0.0.1:0", *FAST)
+    try:
+        _ttl_table(conn, "before")
+        w.wait_for("run finished", table="before")
+        conn.close()
+        own_server.restart()
+        w.wait_for("database unavailable")
+        w.wait_for("connected", count=2, timeout=30)
+        # LISTEN is back and runs go on: a policy created after the restart runs.
+        conn = psycopg.connect(dsn, autocommit=True)
+        _ttl_table(conn, "after")
+        w.wait_for("run finished", table="after")
+        assert conn.execute("SELECT count(*) FROM after").fetchone() == (2,)
+        m = scrape(w.metrics_port)
+        assert m['pg_ttl_reconnects_total{database="restart"}'] >= 1
+        assert m['pg_ttl_database_up{database="restart"}'] == 1
+        assert w.stop() == 0
+    finally:
+        w.close()
+        conn.close()
+
+
+def test_server_restart_mid_run_resumes_the_round(own_server: LocalServer) -> None:
+    dsn = _fresh_db(own_server, "midrun")
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("CREATE TABLE slow (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)")
+    conn.execute("INSERT INTO slow (created_at) SELECT now() - interval '2 days' FROM generate_series(1, 6000)")
+    conn.execute("SELECT ttl.enable('slow', expire_after => '1 day', column_name => 'created_at', "
+                 "delete_batch_size => 100, delete_rate_limit => 3000)")
+    w = WorkerProcess("--dsn", dsn, *FAST)
+    try:
+        w.wait_for("run started", table="slow")
+        wait_until(lambda: conn.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone()[0]
+                   >= 300, what="some batches")
+        conn.close()
+        own_server.stop("immediate")  # a crash: nothing is shut down cleanly
+        own_server.start()
+        resumed = w.wait_for("run started", count=2, table="slow", timeout=30)[1]
+        assert resumed["role"] == "resume"
+        w.wait_for("run finished", table="slow", status="ok", timeout=30)
+        assert w.stop() == 0
+    finally:
+        w.close()
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM slow").fetchone() == (0,)
+        runs = c.execute("SELECT cutoff, rows_deleted FROM ttl.run ORDER BY run_id").fetchall()
+        assert len(runs) == 2 and runs[0][0] == runs[1][0]  # one round, one cutoff
+        # Rows deleted before the crash were committed with their count: nothing counted twice or lost.
+        assert sum(r[1] for r in runs) == 6000
+
+
+def _standby_of(primary: LocalServer) -> LocalServer:
+    base = Path(tempfile.mkdtemp(prefix="pg_ttl-standby-"))
+    standby = LocalServer(bindir=primary.bindir, base_dir=base, run_as=primary.run_as)
+    base.chmod(0o755)
+    standby.sockdir.mkdir()
+    for path in (base, standby.sockdir):
+        standby._chown(path)
+    cmd = standby._cmd(str(primary.bindir / "pg_basebackup"), "-D", str(standby.datadir), "-R", "-X", "stream",
+                       "-h", "127.0.0.1", "-p", str(primary.port), "-U", primary.superuser)
+    subprocess.run(cmd, check=True, capture_output=True)
+    standby.settings = {"hot_standby": "on", "log_statement": "none"}
+    standby.start()
+    return standby
+
+
+def test_standby_waits_and_never_deletes_until_promoted(own_server: LocalServer) -> None:
+    dsn = _fresh_db(own_server, "standbydb")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _ttl_table(conn, "ev", expired=7, live=3)
+    standby = _standby_of(own_server)
+    try:
+        sdsn = standby.dsn("standbydb")
+        with psycopg.connect(sdsn, autocommit=True) as s:
+            wait_until(lambda: s.execute("SELECT count(*) FROM ttl.policy").fetchone() == (1,), what="replay")
+        w = WorkerProcess("--dsn", sdsn, "--metrics-addr", "127.0.0.1:0", *FAST)
+        try:
+            w.wait_for("database is a standby: waiting, nothing will be deleted")
+            time.sleep(1.5)  # three polls
+            assert not w.find("run started")
+            assert scrape(w.metrics_port)['pg_ttl_database_standby{database="standbydb"}'] == 1
+            subprocess.run(standby._cmd(str(standby.bindir / "pg_ctl"), "-D", str(standby.datadir), "-w",
+                                        "promote"), check=True, capture_output=True)
+            w.wait_for("database is a primary: running policies", timeout=15)
+            w.wait_for("run finished", table="ev")
+            assert w.stop() == 0
+        finally:
+            w.close()
+        with psycopg.connect(sdsn, autocommit=True) as s:
+            assert s.execute("SELECT count(*) FROM ev").fetchone() == (3,)
+    finally:
+        standby.cleanup()
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the old primary was never touched
+        assert conn.execute("SELECT count(*) FROM ev").fetchone() == (10,)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _statements(server: LocalServer, dbname: str, since: int) -> list[str]:
+    with open(server.logfile, errors="replace") as f:
+        f.seek(since)
+        return [line for line in f if f"@{dbname}@pg-ttl worker@" in line and "statement: " in line]
+
+
+@pytest.mark.parametrize("lag", ["off", "default"])
+def test_idle_worker_with_1000_tables_is_cheap(own_server: LocalServer, tmp_path: Path, lag: str) -> None:
+    dbname = f"idle_{lag}"
+    dsn = _fresh_db(own_server, dbname)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""
+            DO $$ BEGIN FOR i IN 1..1000 LOOP
+                EXECUTE format('CREATE TABLE t%s (id int PRIMARY KEY, created_at timestamptz NOT NULL)', i);
+                PERFORM ttl.enable(format('t%s', i), expire_after => '1 day', column_name => 'created_at',
+                                   job_cron => '0 0 1 1 *');
+            END LOOP; END $$""")
+        # Every table already ran for this year's tick: nothing is due.
+        tick = latest_tick("0 0 1 1 *", datetime.now(UTC))
+        conn.execute("INSERT INTO ttl.worker_schedule (relid, due_at, started_at, finished_at, last_status) "
+                     "SELECT relid, %s, now(), now(), 'ok' FROM ttl.policy", (tick,))
+    cfg = tmp_path / "w.toml"
+    cfg.write_text("[worker]\n" + ("lag_queries_per_second = 0\n" if lag == "off" else ""))
+    w = WorkerProcess("--config", str(cfg), "--dsn", dsn)  # default intervals
+    try:
+        w.wait_for("policy picked up", count=1000, timeout=30)
+        time.sleep(1.0)
+        start_log = own_server.logfile.stat().st_size
+        cpu0, t0 = _cpu_seconds(w.pid), time.monotonic()
+        time.sleep(6.0)  # the measurement window
+        elapsed = time.monotonic() - t0
+        cpu = (_cpu_seconds(w.pid) - cpu0) / elapsed
+        statements = _statements(own_server, dbname, start_log)
+        per_second = len(statements) / elapsed
+        print(f"\nidle worker, 1000 tables, lag {lag}: {per_second:.2f} statements/s "
+              f"({len(statements)} in {elapsed:.1f}s), CPU {cpu * 100:.2f}%")
+        assert not w.find("run started")
+        assert cpu < 0.03
+        if lag == "off":
+            assert per_second <= 1.0, statements
+        else:
+            # A lag lookup is a few statements on one table; the default budget (0.2/s) keeps them rare.
+            assert per_second <= 1.5, statements
+        assert w.stop() == 0
+    finally:
+        w.close()

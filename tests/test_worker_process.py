@@ -178,8 +178,23 @@ def test_sigterm_mid_run_exits_cleanly_and_counts_exactly(dsn: str, connect: Any
     units = conn.execute("SELECT sum(rows_deleted) FROM ttl.run_unit WHERE run_id = %s", (run["run_id"],)).fetchone()
     assert units == (run["rows_deleted"],)
     assert conn.execute("SELECT count(*) FROM big WHERE created_at >= now() - interval '1 day'").fetchone() == (100,)
-    sched = conn.execute("SELECT last_status, finished_at IS NOT NULL FROM ttl.worker_schedule").fetchone()
-    assert sched == ("partial", True)
+    # The round stays open: the next worker takes it up again with the same cutoff and finishes it.
+    sched = conn.execute("SELECT last_status, finished_at IS NULL FROM ttl.worker_schedule").fetchone()
+    assert sched == ("interrupted", True)
+    conn.execute("SELECT ttl.set_option('big', 'delete_rate_limit', '0')")
+    w = WorkerProcess("--dsn", dsn, *FAST)
+    try:
+        resumed = w.wait_for("run started", table="big")[0]
+        assert resumed["role"] == "resume"
+        w.wait_for("run finished", table="big")
+        assert w.stop() == 0
+    finally:
+        w.close()
+    first, second = _runs(conn, "big")
+    assert first["cutoff"] == second["cutoff"] and second["status"] == "ok"
+    assert first["rows_deleted"] + second["rows_deleted"] == 20000
+    assert conn.execute("SELECT count(*) FROM big").fetchone() == (100,)
+    assert conn.execute("SELECT last_status, finished_at IS NULL FROM ttl.worker_schedule").fetchone() == ("ok", False)
 
 
 def test_sd_notify_messages_in_order(dsn: str, connect: Any, tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ SELECT pg_catalog.pg_is_in_recovery(),
                    'paused', p.paused,
                    'partitioned', c.relkind = 'p',
                    'running', r.relid IS NOT NULL,
-                   'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END))
+                   'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END,
+                   'interrupted', s.started_at >= p.created_at AND s.finished_at IS NULL))
                   FROM ttl.worker_tables p
                   JOIN pg_catalog.pg_class c ON c.oid = p.relid
                   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
@@ -342,6 +343,7 @@ class DatabaseLoop(threading.Thread):
         entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
                          cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
                          partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
+                         interrupted=bool(p["interrupted"]),
                          last_due=_parse_ts(p["due"])) for p in policies]
         added, removed = self.scheduler.sync(entries)
         for e in added:
@@ -420,6 +422,10 @@ class DatabaseLoop(threading.Thread):
             entry.running = False
             self.current = None
             self.touch()
+        if self.shared.stop.is_set() and status == "partial":
+            status = "interrupted"  # stopped mid-run: the round stays open and is resumed
+        entry.interrupted = status == "interrupted"
+        entry.running_elsewhere = False
         conn.execute(END_RUN, (entry.relid, tick, status[:40]))
         self._measure_lag(conn, entry)
 

@@ -89,6 +89,7 @@ class Entry:
     skipped_due: datetime | None = None  # latest tick this worker decided about (ran, joined, skipped, found done)
     partitioned: bool = False
     running_elsewhere: bool = False      # another worker holds the run lock (its round may be joined)
+    interrupted: bool = False            # the latest round never finished (resumed when nobody is at it)
     running: bool = False
     error: str | None = None             # cron croniter cannot read: never due, reported
     lag_checked: float = 0.0             # monotonic time of the last lag measurement
@@ -130,6 +131,7 @@ class Scheduler:
             old.table, old.qualified, old.cron = row.table, row.qualified, row.cron
             old.override, old.paused, old.error = row.override, row.paused, row.error
             old.partitioned, old.running_elsewhere = row.partitioned, row.running_elsewhere
+            old.interrupted = row.interrupted
             # Another worker may have run it meanwhile: the catalog's tick only moves forward.
             if row.last_due is not None and (old.last_due is None or row.last_due > old.last_due):
                 old.last_due = row.last_due
@@ -139,10 +141,14 @@ class Scheduler:
 
     @staticmethod
     def joinable(e: Entry) -> bool:
-        """Another worker is running a round of this partitioned table that this worker has not decided about:
-        take part (the engine's per-partition claims split the work)."""
-        return (e.partitioned and e.running_elsewhere and e.last_due is not None
-                and (e.skipped_due is None or e.skipped_due < e.last_due))
+        """The latest round needs this worker: another worker runs it on a partitioned table and this
+        worker has not decided about it (take part: the engine's claims split the partitions), or it was
+        interrupted and nobody is at it (take it up again)."""
+        if e.last_due is None:
+            return False
+        if e.interrupted and not e.running_elsewhere:
+            return True
+        return e.partitioned and e.running_elsewhere and (e.skipped_due is None or e.skipped_due < e.last_due)
 
     def due(self, now: datetime) -> list[tuple[Entry, datetime]]:
         """Tables due now with the tick each run is for, oldest tick first."""
