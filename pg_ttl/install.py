@@ -150,7 +150,8 @@ def uninstall(dsn: str) -> int:
         if installed_revision(conn) is None and not _schema_exists(conn):
             return 0
         conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(7438119)")
-        relids = [r[0] for r in conn.execute("SELECT relid FROM ttl.policy").fetchall()] if _has_policy_table(
+        relids = [r[0] for r in conn.execute(  # tables with a table TTL and/or column TTLs
+            "SELECT relid FROM ttl.policy UNION SELECT relid FROM ttl.column_policy").fetchall()] if _has_policy_table(
             conn
         ) else []
         # disable() undoes whatever enable() added to a user table.
