@@ -178,3 +178,14 @@ def test_column_only_plain_table_through_the_engine(conn: Conn, dsn: str) -> Non
     assert [(r.table, r.status) for r in results] == [("pageviews", "ok")]
     assert rows(conn, "path, views") == [("/a", None), ("/b", 2)]
     assert conn.execute("SELECT unit_name, values_nulled FROM ttl.run_unit").fetchall() == [("pageviews", 1)]
+
+
+def test_uninstall_removes_tracking_of_column_only_tables(conn: Conn, dsn: str, cli: Any) -> None:
+    conn.execute("SELECT ttl.enable_column('pageviews', 'views', '1 hour', 'write')")
+    conn.execute("INSERT INTO pageviews (path, views) VALUES ('/a', 1)")
+    result = cli("uninstall", "--dsn", dsn, "--yes")
+    assert result.returncode == 0, result.stderr
+    names = [r[0] for r in conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'pageviews'::regclass "
+                                        "AND attnum > 0 AND NOT attisdropped ORDER BY attnum").fetchall()]
+    assert names == ["path", "views", "note", "hits", "created_at"]
+    assert rows(conn, "path, views") == [("/a", 1)]
