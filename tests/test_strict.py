@@ -127,3 +127,26 @@ def test_existing_row_security_is_kept(conn: Conn, app: Conn) -> None:
     assert conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = 'pageviews'::regclass").fetchone() == (True,)
     assert conn.execute("SELECT polname FROM pg_policy WHERE polrelid = 'pageviews'::regclass").fetchall() == [
         ("app_sees_public",)]
+
+
+def test_engine_as_table_owner_still_expires_strict_table(conn: Conn, connect: Any, dsn: str) -> None:
+    """The worker connects as the table's owner (not a superuser): row security does not hide rows from it."""
+    from pg_ttl.expire import expire
+
+    conn.execute("CREATE ROLE ttl_owner LOGIN")
+    try:
+        conn.execute("GRANT CREATE, USAGE ON SCHEMA public TO ttl_owner")
+        owner = connect(user="ttl_owner")
+        owner.execute("CREATE TABLE owned (id int PRIMARY KEY, v int)")
+        owner.execute("SELECT ttl.enable('owned', expire_after => '1 hour')")
+        owner.execute("SELECT ttl.set_option('owned', 'strict', 'true')")
+        owner.execute("INSERT INTO owned SELECT g, g FROM generate_series(1, 10) g")
+        owner.execute("UPDATE owned SET ttl_expires_at = now() - interval '1 second' WHERE id <= 4")
+        owner_dsn = psycopg.conninfo.make_conninfo(dsn, user="ttl_owner")
+        (result,) = expire(owner_dsn, ["owned"])
+        assert result.status == "ok" and result.rows_deleted == 4
+        assert owner.execute("SELECT count(*) FROM owned").fetchone() == (6,)
+        owner.close()
+    finally:
+        conn.execute("DROP OWNED BY ttl_owner CASCADE")
+        conn.execute("DROP ROLE ttl_owner")
