@@ -146,6 +146,8 @@ DECLARE
     unit_status text;
     unit_error text;
 BEGIN
+    -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
     IF pg_catalog.pg_is_in_recovery() THEN
         RAISE EXCEPTION 'this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows only on the primary'
             USING ERRCODE = 'read_only_sql_transaction';
@@ -158,8 +160,7 @@ BEGIN
     END IF;
     SELECT value INTO lock_t FROM ttl.settings WHERE name = 'lock_timeout';
     SELECT value INTO row_lock_t FROM ttl.settings WHERE name = 'row_lock_timeout';
-    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
-            pg_catalog.set_config('TimeZone', 'UTC', false),
+    PERFORM pg_catalog.set_config('TimeZone', 'UTC', false),
             pg_catalog.set_config('statement_timeout',
                                   coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), '30s'),
                                   false);

@@ -202,11 +202,18 @@ def test_bad_input_with_existing_policy_changes_nothing(conn: psycopg.Connection
 
 def test_all_functions_pin_search_path(conn: psycopg.Connection[Any]) -> None:
     rows = conn.execute(
-        """SELECT p.proname, p.prosecdef, p.proconfig FROM pg_proc p
+        """SELECT p.proname, p.prokind, p.prosecdef, p.proconfig, p.prosrc FROM pg_proc p
             WHERE p.pronamespace = 'ttl'::regnamespace"""
     ).fetchall()
     assert rows
-    unpinned = [name for name, _, config in rows if not any(c.startswith("search_path=") for c in (config or []))]
+    # A procedure that COMMITs cannot carry a SET clause ("invalid transaction
+    # termination"): it must pin search_path itself, in its body.
+    procedures = {name: src for name, kind, _, _, src in rows if kind == "p"}
+    assert set(procedures) == {"run"}
+    for name, src in procedures.items():
+        assert "set_config('search_path', 'pg_catalog, pg_temp', false)" in src, name
+    unpinned = [name for name, kind, _, config, _ in rows
+                if kind != "p" and not any(c.startswith("search_path=") for c in (config or []))]
     assert unpinned == []
-    definers = [name for name, secdef, _ in rows if secdef]
+    definers = [name for name, _, secdef, _, _ in rows if secdef]
     assert set(definers) >= {"_on_sql_drop", "_on_ddl_end"}
