@@ -31,7 +31,7 @@ $fn$;
 --   'skip' : an older tick's run is still going: this tick is skipped
 --   'resume': this tick's run was interrupted and nobody is at it: take it up again
 --   'done' : this tick (or a later one) was already run
--- For 'start' and 'join' the caller holds the run lock until ttl.worker_end_run.
+-- For 'start', 'join' and 'resume' the caller holds the run lock until ttl.worker_end_run.
 -- round_started: when the starter began this tick's run; every worker taking
 -- part passes it to the engine as the cutoff, so they all expire the same rows.
 CREATE OR REPLACE FUNCTION ttl.worker_begin_run(p_relid oid, p_due timestamptz, p_worker text,
@@ -44,14 +44,15 @@ DECLARE
     others integer;
     started timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM pg_catalog.pg_advisory_lock_shared(ttl.worker_lock_key(p_relid));
     INSERT INTO ttl.worker_schedule (relid) VALUES (p_relid) ON CONFLICT (relid) DO NOTHING;
-    -- Serialises deciders of one table; count the runners only once we hold it.
+    -- Serialises deciders of one table. The run lock is taken only once this one
+    -- has decided to run (below, before the row lock is released at commit), so
+    -- the holders counted here are workers at it, never deciders (two workers
+    -- deciding at once would otherwise each see the other as a runner and skip).
     SELECT * INTO s FROM ttl.worker_schedule WHERE relid = p_relid FOR UPDATE;
     others := ttl.worker_running(p_relid);
     IF s.due_at IS NULL OR s.due_at < p_due THEN
         IF others > 0 THEN
-            PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
             verdict := 'skip';
             RETURN;
         END IF;
@@ -63,24 +64,21 @@ BEGIN
         PERFORM pg_catalog.pg_notify('pg_ttl', 'run ' || p_relid::regclass::text);
         verdict := 'start';
         round_started := started;
-        RETURN;
-    END IF;
-    IF s.due_at = p_due AND others > 0 THEN
+    ELSIF s.due_at = p_due AND others > 0 THEN
         verdict := 'join';
         round_started := s.started_at;
-        RETURN;
-    END IF;
-    -- Nobody is at it, yet the round never finished: its worker died, lost the
-    -- server, or was stopped mid-run. Take it up again with the same cutoff
-    -- (the engine resumes each unit from its checkpoint).
-    IF s.due_at = p_due AND s.finished_at IS NULL AND s.started_at IS NOT NULL THEN
+    ELSIF s.due_at = p_due AND s.finished_at IS NULL AND s.started_at IS NOT NULL THEN
+        -- Nobody is at it, yet the round never finished: its worker died, lost the
+        -- server, or was stopped mid-run. Take it up again with the same cutoff
+        -- (the engine resumes each unit from its checkpoint).
         UPDATE ttl.worker_schedule SET started_by = p_worker, last_status = 'running' WHERE relid = p_relid;
         verdict := 'resume';
         round_started := s.started_at;
+    ELSE
+        verdict := 'done';
         RETURN;
     END IF;
-    PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));
-    verdict := 'done';
+    PERFORM pg_catalog.pg_advisory_lock_shared(ttl.worker_lock_key(p_relid));
 END
 $fn$;
 
