@@ -21,8 +21,13 @@ depends_on = None
 UPGRADE = """
 INSERT INTO ttl.settings (name, value, description) VALUES
     ('row_lock_timeout', '50ms',
-     'lock_timeout of the fast delete path; a range that hits it is redone with SKIP LOCKED')
+     'lock_timeout of the fast delete path; a range that hits it is redone with SKIP LOCKED'),
+    ('row_strategy', 'auto',
+     'how rows are found: auto (key ranges over a btree on the TTL column when few rows are expired, '
+     'else ctid block ranges), index, or ctid')
 ON CONFLICT (name) DO NOTHING;
+ALTER TABLE ttl.settings ADD CONSTRAINT settings_row_strategy
+    CHECK (name <> 'row_strategy' OR value IN ('auto', 'index', 'ctid'));
 
 CREATE TABLE ttl.run (
     run_id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -60,10 +65,12 @@ CREATE TABLE ttl.run_unit (
     CONSTRAINT run_unit_action CHECK (action IN ('delete', 'drop', 'detach', 'skip')),
     CONSTRAINT run_unit_status CHECK (status IN ('running', 'ok', 'partial', 'timeout', 'failed', 'skipped',
                                                  'interrupted'))
-);
--- Resume looks up the unfinished unit rows of one partition.
-CREATE INDEX run_unit_unfinished ON ttl.run_unit (unit_relid)
-    WHERE status = 'running' OR checkpoint IS NOT NULL;
+) WITH (fillfactor = 50);
+-- Resume looks up the unfinished unit rows of one partition. No index may cover
+-- the counters, checkpoint or status (not even in a predicate): the row is
+-- updated once per delete batch and must stay a HOT update, or every update
+-- leaves index entries that the next one has to step over.
+CREATE INDEX run_unit_relid ON ttl.run_unit (unit_relid);
 
 -- Whoever may run the engine on their table (its owner) records its runs.
 GRANT SELECT, INSERT, UPDATE, DELETE ON ttl.run, ttl.run_unit TO PUBLIC;
@@ -71,7 +78,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ttl.run, ttl.run_unit TO PUBLIC;
 
 DOWNGRADE = """
 DROP TABLE ttl.run_unit, ttl.run;
-DELETE FROM ttl.settings WHERE name = 'row_lock_timeout';
+ALTER TABLE ttl.settings DROP CONSTRAINT settings_row_strategy;
+DELETE FROM ttl.settings WHERE name IN ('row_lock_timeout', 'row_strategy');
 """
 
 

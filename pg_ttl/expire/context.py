@@ -55,6 +55,7 @@ class EngineSettings:
     lock_timeout: str = "1s"
     statement_timeout: str = "30s"
     row_lock_timeout: str = "50ms"
+    row_strategy: str = "auto"  # 'auto' | 'index' | 'ctid'
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
@@ -63,6 +64,7 @@ class EngineSettings:
             lock_timeout=str(values.get("lock_timeout", cls.lock_timeout)),
             statement_timeout=str(values.get("statement_timeout", cls.statement_timeout)),
             row_lock_timeout=str(values.get("row_lock_timeout", cls.row_lock_timeout)),
+            row_strategy=str(values.get("row_strategy", cls.row_strategy)),
         )
 
 

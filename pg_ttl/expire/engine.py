@@ -235,9 +235,12 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
     unit, conn, policy = ctx.unit, ctx.conn, ctx.policy
     if unit.action == "delete":
         ctx.checkpoint = history.take_over(conn, unit.relid)
-        res.strategy = rows.choose_strategy(ctx)
+        estimate = estimate_expired(ctx)
+        res.strategy = rows.choose_strategy(ctx, estimate)
+        if ctx.checkpoint and ctx.checkpoint.get("strategy") in ("index", "ctid"):
+            res.strategy = str(ctx.checkpoint["strategy"])  # resume the way it was going
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "delete", res.strategy, ctx.checkpoint)
-        ctx.progress.unit_started(policy.name, unit.name, "delete", estimate_expired(ctx))
+        ctx.progress.unit_started(policy.name, unit.name, "delete", estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok":
             for hook in UNIT_HOOKS:

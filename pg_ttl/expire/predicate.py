@@ -92,7 +92,9 @@ class Predicate:
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""
         assert self.coltype is not None
-        return sql.SQL("CAST(CAST({} AS text) AS {})").format(text_value, self.coltype)
+        # A quoted literal cast to the type is folded into a constant at parse time
+        # (a text-typed value would be converted again for every row).
+        return sql.SQL("CAST({} AS {})").format(text_value, self.coltype)
 
 
 def expires_at(policy: EnginePolicy, term: sql.Composable) -> sql.Composable:
@@ -151,7 +153,7 @@ def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff:
     coltype = sql.Identifier("pg_catalog", policy.typname)
     # int4 seconds compare with an int8 threshold (cross-type btree operator; no overflow).
     bound_type = sql.Identifier("pg_catalog", "int8") if policy.typname == "int4" else coltype
-    bound = sql.SQL("{} <= CAST(CAST({} AS text) AS {})").format(column, sql.Literal(threshold), bound_type)
+    bound = sql.SQL("{} <= CAST({} AS {})").format(column, sql.Literal(threshold), bound_type)
     expired = bound
     if policy.has_months:
         expired = sql.SQL("({} AND {} <= {})").format(bound, expires_at(policy, column), sql.Literal(cutoff))
