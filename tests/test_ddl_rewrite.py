@@ -51,8 +51,20 @@ def test_corpus_errors(case: Path) -> None:
 
 
 def test_exported_from_package() -> None:
-    assert pg_ttl.rewrite is rewrite
+    statement = "ALTER TABLE events SET (ttl_expire_after = '7 days')"
+    assert pg_ttl.rewrite(statement) == rewrite(statement) != statement
     assert "rewrite" in pg_ttl.__all__
+
+
+def test_commands_start_without_parser_or_alembic() -> None:
+    """pg_ttl and its CLI import neither pglast nor alembic until a command needs them (start-up time)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pg_ttl.cli; pg_ttl.cli.build_parser(); "
+            "print(sorted(m for m in ('pglast', 'alembic', 'sqlalchemy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_code_layer_passes_through_byte_identical() -> None:
