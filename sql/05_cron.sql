@@ -285,7 +285,9 @@ BEGIN
     END IF;
     t := ARRAY(SELECT h * 60 + mi FROM unnest(p.hours) AS h, unnest(p.minutes) AS mi ORDER BY 1);
     SELECT min(d) INTO in_day FROM (SELECT x - lag(x) OVER (ORDER BY x) AS d FROM unnest(t) AS x) s;
-    IF p.dom_any AND p.dow_any THEN
+    IF (p.dom_any AND p.dow_any)
+       OR (NOT p.dow_any AND cardinality(p.dows) = 7)   -- every weekday: every day of the months
+       OR (NOT p.dom_any AND cardinality(p.doms) = 31 AND NOT p.dow_any) THEN
         day_gap := 1;
     ELSIF p.dom_any THEN
         SELECT min(coalesce(nxt, first_dow + 7) - w) INTO day_gap
