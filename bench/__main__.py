@@ -12,7 +12,7 @@ from typing import Any
 
 from bench import contenders, data, foreground, idle_worker, partitioned, plain, report, trigger
 from bench.runner import Config, log
-from bench.server import BenchServer, git_commit, loadavg, machine_description
+from bench.server import BenchServer, git_commit, git_dirty, loadavg, machine_description
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL = Config().workloads
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "argv": sys.argv[1:] if argv is None else argv,
         "git_commit": git_commit(ROOT),
+        "git_uncommitted_files": git_dirty(ROOT),
         "config": {k: v for k, v in vars(cfg).items()},
         "load": {"before": loadavg()},
         "workloads": {},
@@ -128,6 +129,8 @@ def _run_all(server: BenchServer, cfg: Config, results: dict[str, Any]) -> None:
         pd = data.build_plain(server, cfg.plain_rows)
         ttl_plain = None if pgttl_missing else data.add_pg_ttl(
             server, pd.template, "tpl_plain_ttl", [(data.PLAIN_TABLE, data.PLAIN_EXPIRE_AFTER, "created_at")])
+        if ttl_plain:
+            results["pg_ttl_policies"] = {data.PLAIN_TABLE: data.describe_policy(server, ttl_plain, data.PLAIN_TABLE)}
         guarded("plain_indexed", plain.run, server, cfg, pd, ttl_plain, True, pgttl_missing)
         guarded("plain_noindex", plain.run, server, cfg, pd, ttl_plain, False, pgttl_missing)
         guarded("foreground", foreground.run, server, cfg, pd, ttl_plain, pgttl_missing)
@@ -139,6 +142,9 @@ def _run_all(server: BenchServer, cfg: Config, results: dict[str, Any]) -> None:
             ttl_part = None if pgttl_missing else data.add_pg_ttl(
                 server, part.template, f"tpl_part_{i}_ttl", [(data.PART_TABLE, data.PART_EXPIRE_AFTER, "created_at")])
             sizes.append((part, ttl_part))
+            if ttl_part:
+                results.setdefault("pg_ttl_policies", {})[data.PART_TABLE] = data.describe_policy(
+                    server, ttl_part, data.PART_TABLE)
         guarded("partitioned", partitioned.run, server, cfg, sizes, pgttl_missing, partman_missing)
     if {"trigger", "idle_worker"} & set(cfg.workloads):
         server.create_database("tpl_empty_ttl")

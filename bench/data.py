@@ -137,6 +137,11 @@ def build_partitioned(server: BenchServer, rows_per_partition: int, template: st
                     template=template, first_day=first)
 
 
+def describe_policy(server: BenchServer, template: str, table: str) -> dict[str, str | None]:
+    """The policy pg_ttl runs with (ttl.describe), recorded in the results."""
+    return {str(k): v for k, v in server.execute(template, "SELECT * FROM ttl.describe(%s::regclass)", [table])}
+
+
 def add_pg_ttl(server: BenchServer, source: str, template: str, policies: list[tuple[str, str, str]]) -> str:
     """A template like ``source`` with pg_ttl installed and (table, expire_after, column) policies enabled."""
     server.clone(source, template)

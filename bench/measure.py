@@ -167,6 +167,31 @@ def dead_tuples(conn: psycopg.Connection[Any], relations: list[str]) -> int:
     return int(row[0])
 
 
+# The bench's own probes, left out of a contender's statement profile.
+_OWN_PROBES = ("pg_stat_activity", "pg_current_wal_insert_lsn", "pg_xact_commit_timestamp", "pg_stat_clear_snapshot")
+
+
+def reset_statements(admin_conn: psycopg.Connection[Any], dbname: str) -> None:
+    """Forget pg_stat_statements of one database (run from the database holding the extension)."""
+    admin_conn.execute("SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = %s), 0)",
+                       [dbname])
+
+
+def statement_profile(admin_conn: psycopg.Connection[Any], dbname: str, top: int = 6) -> dict[str, Any]:
+    """Where the server time went: statement count and the top statements by total execution time."""
+    rows = admin_conn.execute(
+        "SELECT query, calls, total_exec_time, rows FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s ORDER BY total_exec_time DESC",
+        [dbname]).fetchall()
+    mine = [r for r in rows if not any(p in r[0] for p in _OWN_PROBES)]
+    return {
+        "statements": int(sum(r[1] for r in mine)),
+        "exec_time_s": sum(r[2] for r in mine) / 1000,
+        "top": [{"query": " ".join(q.split())[:300], "calls": int(c), "total_s": t / 1000, "mean_ms": t / c,
+                 "rows": int(n)} for q, c, t, n in mine[:top]],
+    }
+
+
 def wait_for_other_backends(conn: psycopg.Connection[Any], timeout_s: float = 15.0) -> int:
     """Wait until only bench-admin sessions are connected to this database; returns how many were left."""
     deadline = time.monotonic() + timeout_s

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.contenders import ContenderTimeout, Outcome, Unavailable
-from bench.measure import Measured, measuring
+from bench.measure import Measured, measuring, reset_statements, statement_profile
 from bench.server import CONTENDER_APP, BenchServer
 
 RUN_DB = "bench_run"
@@ -85,6 +85,8 @@ def measured_run(server: BenchServer, db: str, contender: Callable[[str], Outcom
     """Run ``contender`` on ``db`` under measurement; return the run record and the raw measurement."""
     record: dict[str, Any] = {"status": "ok"}
     m: Measured | None = None
+    with server.admin() as conn:
+        reset_statements(conn, db)
     try:
         with measuring(server.dsn(db), sample_txns=sample_txns) as m:
             outcome = contender(server.dsn(db, CONTENDER_APP))
@@ -105,4 +107,6 @@ def measured_run(server: BenchServer, db: str, contender: Callable[[str], Outcom
         partitions_dropped_reported=outcome.partitions_dropped or None,
         **outcome.extra,
     )
+    with server.admin() as conn:
+        record["statement_profile"] = statement_profile(conn, db)
     return record, m

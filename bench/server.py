@@ -177,6 +177,16 @@ def git_commit(root: Path) -> str | None:
         return None
 
 
+def git_dirty(root: Path) -> list[str]:
+    """Tracked files that differ from the commit (the run measured the working tree)."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+
+
 def process_cpu_seconds(pid: int, children: bool = False) -> float:
     """utime+stime of one process (plus its reaped children's, if asked) from /proc, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
