@@ -24,7 +24,7 @@ SELECT r.relid,
        r.error
   FROM (SELECT DISTINCT ON (relid) * FROM ttl.run ORDER BY relid, run_id DESC) r
   LEFT JOIN LATERAL (
-        SELECT sum(x.rows_selected) AS rows_selected, sum(x.rows_deleted) AS rows_deleted,
+        SELECT sum(x.rows_selected)::bigint AS rows_selected, sum(x.rows_deleted)::bigint AS rows_deleted,
                count(*) FILTER (WHERE x.action = 'drop' AND x.status = 'ok') AS partitions_dropped,
                count(*) FILTER (WHERE x.action = 'detach' AND x.status = 'ok') AS partitions_detached,
                count(*) AS units,
@@ -164,8 +164,9 @@ BEGIN
             pg_catalog.set_config('statement_timeout',
                                   coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), '30s'),
                                   false);
-    FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, c.relkind, po.relid::regclass::text AS name,
-                    n.nspname
+    -- names as the Python engine records them: schema-qualified outside public
+    FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, c.relkind, n.nspname,
+                    CASE WHEN n.nspname = 'public' THEN c.relname::text ELSE n.nspname || '.' || c.relname END AS name
                FROM ttl.policy po
                JOIN pg_catalog.pg_class c ON c.oid = po.relid
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -185,16 +186,18 @@ BEGIN
         INSERT INTO ttl.run (relid, table_name, worker, cutoff) VALUES (p.relid, p.name, 'ttl.run()', cutoff)
         RETURNING run_id INTO run;
         COMMIT;
-        FOR leaf IN SELECT t.relid AS oid, t.relid::regclass AS rel
-                      FROM pg_catalog.pg_partition_tree(p.relid) t
-                      JOIN pg_catalog.pg_class c ON c.oid = t.relid
-                     WHERE t.isleaf AND c.relkind = 'r'
-                    UNION ALL
-                    SELECT p.relid, p.relid::regclass WHERE p.relkind = 'r'
+        FOR leaf IN SELECT c.oid, c.oid::regclass AS rel,
+                           CASE WHEN n.nspname = 'public' THEN c.relname::text
+                                ELSE n.nspname || '.' || c.relname END AS name
+                      FROM pg_catalog.pg_class c
+                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE c.relkind = 'r'
+                       AND (c.oid = p.relid OR c.oid IN (SELECT t.relid FROM pg_catalog.pg_partition_tree(p.relid) t
+                                                          WHERE t.isleaf))
         LOOP
             IF NOT pg_catalog.pg_try_advisory_lock(ttl._claim_key(leaf.oid)) THEN
                 INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, status, error, finished_at)
-                VALUES (run, leaf.oid, leaf.rel::text, 'skip', 'skipped', 'busy: another run is working on it',
+                VALUES (run, leaf.oid, leaf.name, 'skip', 'skipped', 'busy: another run is working on it',
                         pg_catalog.clock_timestamp());
                 COMMIT;
                 CONTINUE;
@@ -204,7 +207,7 @@ BEGIN
                    finished_at = coalesce(finished_at, pg_catalog.clock_timestamp())
              WHERE unit_relid = leaf.oid AND (status = 'running' OR checkpoint IS NOT NULL);
             INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy)
-            VALUES (run, leaf.oid, leaf.rel::text, 'delete', 'ctid');
+            VALUES (run, leaf.oid, leaf.name, 'delete', 'ctid');
             COMMIT;
             nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
             SELECT greatest(1, ceil(p.delete_batch_size / CASE WHEN c.relpages > 0 AND c.reltuples > 0

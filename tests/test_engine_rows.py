@@ -361,3 +361,32 @@ def test_unknown_or_untracked_table_is_a_clear_error(db: psycopg.Connection[Any]
         expire(dsn, ["nope"])
     with pytest.raises(EngineError, match='"plain" has no TTL policy'):
         expire(dsn, ["plain"])
+
+
+def test_sql_procedure_runs_one_pass(db: psycopg.Connection[Any], connect: Any) -> None:
+    """CALL ttl.run() (psql, pg_cron): deletes in committed ctid ranges, skips locked rows and paused
+    tables, records the run, and gives the session its settings back."""
+    _big(db, 2000, False)
+    db.execute("CREATE TABLE t2 (id int PRIMARY KEY, v timestamptz)")
+    db.execute("INSERT INTO t2 VALUES (1, '2020-01-01')")
+    db.execute("SELECT ttl.enable('t2', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.pause('t2')")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("SELECT * FROM t WHERE id = 501 FOR UPDATE")
+    psql = connect()  # CALL with COMMITs inside: not in a transaction block
+    before = psql.execute("SELECT current_setting('search_path'), current_setting('TimeZone')").fetchone()
+    started = time.monotonic()
+    psql.execute("CALL ttl.run()")
+    assert time.monotonic() - started < 2.0  # never waited on the application's row lock
+    assert psql.execute("SELECT current_setting('search_path'), current_setting('TimeZone')").fetchone() == before
+    app.rollback()
+    assert [i for i in _ids(db) if i % 2 == 1] == [501] and len(_ids(db)) == 1001
+    assert _ids(db, "t2") == [1]
+    last = {r[0]: r[1:] for r in db.execute(
+        "SELECT table_name, status, rows_deleted, worker FROM ttl.last_run").fetchall()}
+    assert last == {"t": ("ok", 999, "ttl.run()"), "t2": ("paused", 0, "ttl.run()")}
+    assert db.execute("SELECT unit_name, strategy, status, checkpoint FROM ttl.run_unit").fetchall() == [
+        ("t", "ctid", "ok", None)]
+    psql.execute("CALL ttl.run('t')")
+    assert [i for i in _ids(db) if i % 2 == 1] == []
