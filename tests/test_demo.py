@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,11 @@ def test_demo_runs_and_cleans_up(cli: Any) -> None:
     assert "installed" in out or "schema ttl at revision" in out
     assert "ttl.enable('events'" in out
     assert "expired" in out and "live" in out
+    # one pass deleted exactly the expired half (rows are spread over 60 days, TTL 30 days)
+    assert "events: delete" in out and "300 expired rows deleted" in out and "status ok" in out
+    after = out.split("events by expiry state, after")[1].split("run history")[0]
+    assert "│ expired" not in after and re.search(r"│ live\s+│\s+300 │", after)
+    assert "status ok, 300 rows deleted" in out
     assert "removed" in out
     assert _our_servers() == before
 

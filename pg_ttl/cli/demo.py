@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
         "demo",
         help="try pg_ttl on a throwaway local PostgreSQL (no setup)",
         description="Start a throwaway PostgreSQL (system binaries, or the pgserver wheel), install pg_ttl, "
-        "create a sample table with a 30-day TTL and rows of mixed ages, and show what is expired. "
-        "The server and its files are removed on exit, also on Ctrl-C.",
+        "create a sample table with a 30-day TTL and rows of mixed ages, show what is expired, run one "
+        "expiration pass and show what it deleted. The server and its files are removed on exit, also on Ctrl-C.",
     )
     p.add_argument("--rows", type=int, default=6000, help="sample rows to insert (default 6000)")
     p.set_defaults(func=cmd_demo)
@@ -53,7 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         result = install.upgrade(dsn)
         console.print(f"[bold]2.[/] pg-ttl install → schema ttl at revision {result.after}.")
         with psycopg.connect(dsn, autocommit=True) as conn:
-            run_demo(conn, args.rows)
+            run_demo(conn, dsn, args.rows)
     finally:
         with console.status("removing the throwaway server…"):
             server.cleanup()
@@ -61,16 +61,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(conn: psycopg.Connection[Any], rows: int) -> None:
+def run_demo(conn: psycopg.Connection[Any], dsn: str, rows: int) -> None:
+    from pg_ttl.expire import expire
+
     conn.execute(DEMO_SQL)
     conn.execute(DEMO_ROWS, {"rows": rows})
+    conn.execute("ANALYZE events")
     console.print(f"[bold]3.[/] Created table events with {rows} rows, created_at spread over the last 60 days.")
     sql = "SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at', job_cron => '@hourly')"
     conn.execute(sql)
     console.print(f"[bold]4.[/] {sql}")
     policy = catalog.list_policies(conn)[0]
     console.print(f"    policy: {policy.table_name} expires at {policy.expiry_description}, runs {policy.job_cron}")
-    counts = Table(title="events by expiry state")
+    console.print(_by_state(conn, "events by expiry state, before"))
+    console.print("[bold]5.[/] pg-ttl run events  (one expiration pass; `pg-ttl worker` runs them on schedule)")
+    [result] = expire(dsn, ["events"])
+    for unit in result.units:
+        console.print(f"    {unit.unit}: {unit.action} ({unit.strategy or '-'}), {unit.rows_deleted} expired rows "
+                      f"deleted in {unit.duration:.3f} s, status {unit.status}")
+    console.print(_by_state(conn, "events by expiry state, after"))
+    row = conn.execute("SELECT status, rows_deleted, duration FROM ttl.last_run WHERE table_name = 'events'").fetchone()
+    if row is not None:
+        console.print(f"    run history (SELECT * FROM ttl.last_run): status {row[0]}, {row[1]} rows deleted, "
+                      f"took {row[2]}")
+
+
+def _by_state(conn: psycopg.Connection[Any], title: str) -> Table:
+    counts = Table(title=title)
     counts.add_column("state")
     counts.add_column("rows", justify="right")
     counts.add_column("oldest created_at")
@@ -80,4 +97,4 @@ def run_demo(conn: psycopg.Connection[Any], rows: int) -> None:
              FROM events GROUP BY 1 ORDER BY 1"""
     ):
         counts.add_row(str(state), str(n), str(oldest))
-    console.print(counts)
+    return counts
