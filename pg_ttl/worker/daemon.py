@@ -260,9 +260,12 @@ class DatabaseLoop(threading.Thread):
         return conn is not None and self._drain(conn)
 
     def _drain(self, conn: psycopg.Connection[Any]) -> bool:
+        """Consume pending notifications; True if another session sent one. Our own (the
+        'run' notice worker_begin_run sends to wake the other workers) must not make us
+        re-read the catalog after every table we run."""
         got = False
-        for _n in conn.notifies(timeout=0):
-            got = True
+        for n in conn.notifies(timeout=0):
+            got = got or n.pid != conn.info.backend_pid
         return got
 
     # -- one connected session ----------------------------------------------------
