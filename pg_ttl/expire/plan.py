@@ -30,15 +30,22 @@ class UnitPlan:
     paused: bool = False
 
 
+# One statement (the worker's periodic lag lookups count every one): the engine's
+# session rules, with the timeouts read from ttl.settings in the same breath.
+READING = """
+SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true),
+       pg_catalog.set_config('statement_timeout',
+                             coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), %s), true),
+       pg_catalog.set_config('lock_timeout',
+                             coalesce((SELECT value FROM ttl.settings WHERE name = 'lock_timeout'), %s), true)
+"""
+
+
 @contextmanager
 def _reading(conn: psycopg.Connection[Any]) -> Iterator[datetime]:
     """A transaction with the engine's session rules (UTC, timeouts); yields its now()."""
-    settings = EngineSettings.load(conn)
     with conn.transaction():
-        row = conn.execute(
-            "SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true), "
-            "pg_catalog.set_config('statement_timeout', %s, true), pg_catalog.set_config('lock_timeout', %s, true)",
-            (settings.statement_timeout, settings.lock_timeout)).fetchone()
+        row = conn.execute(READING, (EngineSettings.statement_timeout, EngineSettings.lock_timeout)).fetchone()
         assert row is not None
         yield row[0]
 

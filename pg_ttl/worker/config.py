@@ -51,7 +51,7 @@ class WorkerConfig:
     shutdown_timeout: float = 30.0
     heartbeat_interval: float = 30.0
     lag_refresh_interval: float = 3600.0
-    lag_queries_per_second: float = 0.2
+    lag_queries_per_second: float = 0.1
     clock_offset: float = 0.0
     config_path: str | None = None
 
