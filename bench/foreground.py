@@ -24,7 +24,10 @@ from bench.runner import ROOT_FOR_SUBPROCESS, Config, fresh, log, measured_run, 
 from bench.server import LOAD_APP, BenchServer
 from bench.stats import percentile, ratio, summarize
 
-CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl")
+# pg_ttl_limited: the same pg_ttl pass with the policy's delete_rate_limit set
+# (Config.fg_rate_limit rows/s): what an operator trades for a gentler expiry.
+CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl", "pg_ttl_limited")
+PGTTL = ("pg_ttl", "pg_ttl_limited")
 
 
 class LoadGen:
@@ -81,16 +84,21 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         "raw_delete": lambda dsn: c.raw_delete(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "batched_loop": lambda dsn: c.batched_loop(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "pg_ttl": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
+        "pg_ttl_limited": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
     }
+
+    def rate_limited(db: str) -> None:
+        server.execute(db, "SELECT ttl.set_option(%s, 'delete_rate_limit', %s)", [PLAIN_TABLE, str(cfg.fg_rate_limit)])
+
     windows: dict[str, list[dict[str, Any]]] = {k: [] for k in ("baseline", *CONTENDERS)}
     pooled: dict[str, list[tuple[float, float, float]]] = {k: [] for k in windows}
     for rep in range(cfg.reps):
         for contender in ["baseline", *rotated(list(CONTENDERS), rep)]:
-            if contender == "pg_ttl" and (pgttl_missing or ttl_template is None):
+            if contender in PGTTL and (pgttl_missing or ttl_template is None):
                 continue
-            template = ttl_template if contender == "pg_ttl" else data.template
+            template = ttl_template if contender in PGTTL else data.template
             assert template is not None
-            with fresh(server, template) as db:
+            with fresh(server, template, rate_limited if contender == "pg_ttl_limited" else None) as db:
                 load = LoadGen(server, db, cfg, data)
                 try:
                     time.sleep(cfg.fg_warmup_s)
@@ -103,6 +111,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                         record, m = measured_run(server, db, runners[contender])
                         assert m is not None
                         start, end = m.started_epoch, m.ended_epoch
+                        record["expiry_rows_per_s"] = data.expired / m.wall_s
                     time.sleep(0.5)
                 finally:
                     rows = load.stop()
@@ -115,6 +124,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
     result: dict[str, Any] = {
         "description": "insert + point-select load at a fixed rate while each contender expires the plain table",
         "params": {"rows": data.rows, "rate_tps": cfg.fg_rate, "clients": cfg.fg_clients,
+                   "pg_ttl_limited_delete_rate_limit": cfg.fg_rate_limit,
                    "baseline_window_s": cfg.fg_baseline_s, "reps": cfg.reps,
                    "cores": ("2 cores shared by everything: the load generator process (4 threads, one connection "
                              "each), its 4 server backends, the contender's backend and the bench's sampler; "
@@ -123,7 +133,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
     }
     base_p99 = None
     for contender, recs in windows.items():
-        if contender == "pg_ttl" and pgttl_missing:
+        if contender in PGTTL and pgttl_missing:
             result["contenders"][contender] = {"available": False, "reason": pgttl_missing, "runs": []}
             continue
         pool = pooled[contender]
@@ -133,7 +143,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
             "runs": recs,
             "pooled": {"txns": len(pool), "p50_ms": percentile(service, 50), "p99_ms": percentile(service, 99)},
             "summary": {k: summarize([r[k] for r in recs if r.get(k) is not None])
-                        for k in ("p50_ms", "p99_ms", "throughput_tps", "window_s")},
+                        for k in ("p50_ms", "p99_ms", "throughput_tps", "window_s", "expiry_rows_per_s")},
         }
         if contender == "baseline":
             base_p99 = entry["pooled"]["p99_ms"]

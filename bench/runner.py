@@ -29,6 +29,7 @@ class Config:
     fg_clients: int = 4
     fg_baseline_s: float = 5.0
     fg_warmup_s: float = 1.5
+    fg_rate_limit: int = 200_000  # delete_rate_limit of the pg_ttl_limited contender, rows/s
     trigger_rows: int = 500_000
     trigger_pgbench_s: float = 3.0
     idle_policies: int = 1000
@@ -50,6 +51,7 @@ class Config:
             part_sizes=(max(100, int(10_000 * s)), max(1_000, int(100_000 * s))),
             fg_baseline_s=max(1.0, 5.0 * min(1.0, s * 4)),
             fg_warmup_s=0.3 if s < 0.1 else 1.5,
+            fg_rate_limit=max(1_000, int(200_000 * s)),
             trigger_rows=max(2_000, int(500_000 * s)),
             trigger_pgbench_s=max(1.0, 3.0 * min(1.0, s * 4)),
             idle_policies=max(10, int(1000 * min(1.0, s * 4))),

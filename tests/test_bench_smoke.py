@@ -92,10 +92,16 @@ def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> 
 
     # Foreground: latencies from real transactions, in every window.
     fg = res["workloads"]["foreground"]["contenders"]
-    for name in ("baseline", "raw_delete", "batched_loop"):
+    for name in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_limited"):
         for run in _ok_runs(fg[name]):
             assert run["txns"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+            if name != "baseline":
+                assert run["expiry_rows_per_s"] > 0
     assert fg["baseline"]["p99_vs_baseline"] == 1.0
+    # the rate limit holds: no faster than the policy's delete_rate_limit (plus one transaction's slack)
+    limit = res["workloads"]["foreground"]["params"]["pg_ttl_limited_delete_rate_limit"]
+    limited = _ok_runs(fg["pg_ttl_limited"])[0]
+    assert limited["expiry_rows_per_s"] <= limit * 1.5
 
     # Write cost: measured throughputs, overhead relative to the same run's plain table.
     tr = res["workloads"]["trigger"]["contenders"]
