@@ -104,7 +104,7 @@ def test_multi_level_drops_whole_subtree_and_hash_goes_row_by_row(db: psycopg.Co
     assert res.rows_deleted > 0 and sum(u.rows_deleted for u in res.units if u.action == "delete") == res.rows_deleted
 
 
-def test_list_then_range_levels_and_expression_policy_never_drops(db: psycopg.Connection[Any], dsn: str) -> None:
+def test_list_then_range_levels_and_expression_policies(db: psycopg.Connection[Any], dsn: str) -> None:
     db.execute("CREATE TABLE l (id int, region text, ts date) PARTITION BY LIST (region)")
     db.execute("CREATE TABLE l_eu PARTITION OF l FOR VALUES IN ('eu') PARTITION BY RANGE (ts)")
     db.execute("CREATE TABLE l_eu_old PARTITION OF l_eu FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
@@ -118,12 +118,57 @@ def test_list_then_range_levels_and_expression_policy_never_drops(db: psycopg.Co
     assert sorted((u.unit, u.action) for u in res.units) == [
         ("l_eu_new", "delete"), ("l_eu_old", "drop"), ("l_us", "delete")]
     assert [r[0] for r in db.execute("SELECT id FROM l ORDER BY id").fetchall()] == [2, 4, 5]
-    # the same table under an expression policy: no partition is provably expired, all row by row
+    # an expression that grows with ts (date + 1 day, as timestamptz): l_eu_old's bound 02-01 + 1 day has expired
+    db.execute("CREATE TABLE l_eu_old PARTITION OF l_eu FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
+    db.execute("INSERT INTO l VALUES (7, 'eu', '2026-01-20')")
     db.execute("SELECT ttl.disable('l')")
     db.execute("SELECT ttl.enable('l', expiration_expression => '(ts + 1)::timestamptz')")
     db.commit()
     [res] = expire(dsn, cutoff=C)
+    assert sorted((u.unit, u.action) for u in res.units) == [
+        ("l_eu_new", "delete"), ("l_eu_old", "drop"), ("l_us", "delete")]
+    # one that also depends on another column is not provably expired at the bound: row by row
+    db.execute("CREATE TABLE l_eu_old PARTITION OF l_eu FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
+    db.execute("INSERT INTO l VALUES (1, 'eu', '2026-01-15'), (9, 'eu', '2026-01-21')")  # + 10 d, + 90 d
+    db.execute("SELECT ttl.disable('l')")
+    db.execute("SELECT ttl.enable('l', expiration_expression => '(ts + id * 10)::timestamptz')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
     assert {u.action for u in res.units} == {"delete"}
+    assert [r[0] for r in db.execute("SELECT id FROM l ORDER BY id").fetchall()] == [2, 4, 5, 9]
+
+
+@pytest.mark.parametrize(("expression", "dropped"), [
+    ("ts + interval '1 day'", {"ev_05", "ev_06", "ev_07", "ev_08"}),    # as column ts + expire_after 1 day
+    ("interval '12 hours' + ts + interval '12 hours'", {"ev_05", "ev_06", "ev_07", "ev_08"}),
+    ("date_trunc('day', ts) + interval '1 day'", set()),                # a function: not provable, row by row
+    ("ts - interval '1 day' + interval '2 days'", {"ev_05", "ev_06", "ev_07", "ev_08"}),
+    ("ts + interval '36 hours'", {"ev_05", "ev_06", "ev_07"}),          # ev_08: 03-09 + 36 h > cutoff
+])
+def test_expression_monotone_in_the_partition_key_drops_whole_partitions(
+        db: psycopg.Connection[Any], dsn: str, expression: str, dropped: set[str]) -> None:
+    _daily(db, default=False)
+    db.execute("SELECT ttl.enable('ev', expiration_expression => %s)", (expression,))
+    db.commit()
+    expired = db.execute(f"SELECT count(*) FROM ev WHERE ({expression}) <= %s", (C,)).fetchone()
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    assert res.status == "ok", res
+    assert {u.unit for u in res.units if u.action == "drop"} == dropped
+    assert db.execute(f"SELECT count(*) FROM ev WHERE ({expression}) <= %s", (C,)).fetchone() == (0,)
+    assert res.rows_deleted + 10 * len(dropped) == expired[0]
+
+
+def test_monotone_column_forms() -> None:
+    from pg_ttl.expire.units import monotone_column
+
+    grows = ["ts", "ts + interval '30 days'", "(ts + 1)::timestamptz", "interval '1 day' + ts",
+             "ts - '1 day'::interval", "ts + interval '1 day' * 3", "CAST(ts AS timestamp) + interval '1 h'"]
+    assert [monotone_column(e) for e in grows] == ["ts"] * len(grows)
+    unknown = ["'2030-01-01'::timestamptz - ts", "ts + id * interval '1 day'", "greatest(ts, now())",
+               "ts::text::timestamptz", "-ts", "ts + (SELECT interval '1 day')", "t.ts", "ts + now() - now()",
+               "not sql at all (", "ts; DROP TABLE x", "ts, ts"]
+    assert [monotone_column(e) for e in unknown] == [None] * len(unknown)
 
 
 def test_detach_concurrently_moves_partition_to_schema(db: psycopg.Connection[Any], dsn: str) -> None:

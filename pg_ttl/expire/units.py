@@ -3,10 +3,13 @@
 A range partition on the TTL column whose upper bound has expired holds only
 expired rows (every row in it is below the bound, expiry is monotone in the
 column, and NULLs go to the default partition), so it is removed whole: the
-highest such partition in the tree becomes one ``drop``/``detach`` unit.
+highest such partition in the tree becomes one ``drop``/``detach`` unit. The
+same holds for an expiration expression that provably never decreases as one
+column grows (``monotone_column``) when the table is range-partitioned on that
+column: the expression at the upper bound is the latest expiry in it.
 Everything else (hash and list partitions, default partitions, partitions with
-a live bound, expression policies, which we cannot prove monotone) is a
-``delete`` unit processed row by row.
+a live bound, expressions we cannot prove monotone) is a ``delete`` unit
+processed row by row.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from pglast import ast, parse_sql
+from pglast.enums.parsenodes import A_Expr_Kind
+from pglast.parser import ParseError
 from psycopg import sql
 
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, expires_at
@@ -29,11 +35,15 @@ SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartb
  ORDER BY c.relname
 """
 PARTITION_KEY = """
-SELECT pt.partstrat, pt.partnatts, a.attname
+SELECT pt.partstrat, pt.partnatts, a.attname, tn.nspname, t.typname
   FROM pg_catalog.pg_partitioned_table pt
   LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
+  LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
  WHERE pt.partrelid = %s
 """
+# Casts between these keep the order (the engine's session runs in UTC: no DST fold).
+_TIME_TYPES = frozenset({"timestamptz", "timestamp", "date"})
 _UPPER = re.compile(r"\bTO \((.*)\)\s*$", re.S)
 
 
@@ -72,19 +82,81 @@ def upper_bound(bound: str | None) -> str | None:
     return value
 
 
-def _range_key(conn: psycopg.Connection[Any], relid: int) -> str | None:
+@dataclass
+class RangeKey:
+    column: str
+    type: sql.Identifier
+
+
+def _range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
     """The column a table is RANGE-partitioned on, if it is one plain column."""
     row = conn.execute(PARTITION_KEY, (relid,)).fetchone()
     if row is None or row[0] != "r" or row[1] != 1 or row[2] is None:
         return None
-    return str(row[2])
+    return RangeKey(str(row[2]), sql.Identifier(str(row[3]), str(row[4])))
 
 
-def bound_expired(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, upper: str) -> bool:
-    assert pred.coltype is not None
-    term = pred.cast(sql.Literal(upper))
-    query = sql.SQL("SELECT {} <= {}").format(expires_at(policy, term), sql.Literal(pred.cutoff))
-    row = conn.execute(query).fetchone()
+def monotone_column(expression: str) -> str | None:
+    """The column ``expression`` never decreases with, when that is provable from its
+    form: the (unqualified) column, ``col + c``, ``c + col`` or ``col - c`` with ``c`` a
+    constant (literals and operators only: no column, function or subquery), or a
+    cast of such a term to date, timestamp or timestamptz. Else None."""
+    try:
+        statements: Any = parse_sql(f"SELECT {expression}")
+        if len(statements) != 1 or len(statements[0].stmt.targetList) != 1:
+            return None
+        return _grows_with(statements[0].stmt.targetList[0].val)
+    except (ParseError, AttributeError, IndexError, TypeError):
+        return None
+
+
+# pglast's node attributes are all Optional; these walk them as Any and let a
+# missing piece raise (caught above: not provably monotone).
+def _grows_with(node: Any) -> str | None:
+    n: Any = node
+    if isinstance(node, ast.ColumnRef):  # unqualified only: evaluated below over a stand-in row
+        return n.fields[0].sval if len(n.fields) == 1 and isinstance(n.fields[0], ast.String) else None
+    if isinstance(node, ast.TypeCast):
+        name = n.typeName.names[-1]
+        ok = isinstance(name, ast.String) and name.sval in _TIME_TYPES and not n.typeName.arrayBounds
+        return _grows_with(n.arg) if ok else None
+    if isinstance(node, ast.A_Expr) and n.kind == A_Expr_Kind.AEXPR_OP and len(n.name) == 1:
+        op = n.name[0].sval
+        if op in ("+", "-") and n.lexpr is not None and _constant(n.rexpr):
+            return _grows_with(n.lexpr)
+        if op == "+" and n.lexpr is not None and _constant(n.lexpr):
+            return _grows_with(n.rexpr)
+    return None
+
+
+def _constant(node: Any) -> bool:
+    n: Any = node
+    if isinstance(node, ast.A_Const):
+        return True
+    if isinstance(node, ast.TypeCast):
+        return _constant(n.arg)
+    if isinstance(node, ast.A_Expr) and n.kind == A_Expr_Kind.AEXPR_OP:
+        return (n.lexpr is None or _constant(n.lexpr)) and _constant(n.rexpr)
+    return False
+
+
+def bound_expired(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, upper: str,
+                  key: RangeKey) -> bool:
+    """Has everything below ``upper`` (a partition's exclusive upper bound) expired?"""
+    if policy.expression is None:
+        assert pred.coltype is not None
+        query = sql.SQL("SELECT {} <= {}").format(expires_at(policy, pred.cast(sql.Literal(upper))),
+                                                  sql.Literal(pred.cutoff))
+    else:
+        # The expression at the bound, evaluated over a one-row stand-in for the table.
+        query = sql.SQL("SELECT ({}) <= {} FROM (SELECT CAST({} AS {}) AS {}) AS t").format(
+            sql.SQL(policy.expression), sql.Literal(pred.cutoff), sql.Literal(upper), key.type,
+            sql.Identifier(key.column))
+    try:
+        with conn.transaction():  # a savepoint inside plan()'s transaction
+            row = conn.execute(query).fetchone()
+    except (psycopg.errors.DataError, psycopg.errors.ProgrammingError):
+        return False  # the expression fails at the bound (e.g. out of range): not provably expired
     return bool(row and row[0])
 
 
@@ -99,7 +171,8 @@ def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
 def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, relid: int,
           ident: sql.Identifier, units: list[Unit]) -> None:
     key = _range_key(conn, relid)
-    on_ttl_column = key is not None and policy.column is not None and key == policy.column
+    grows_with = policy.column if policy.expression is None else monotone_column(policy.expression)
+    on_ttl_column = key is not None and grows_with is not None and key.column == grows_with
     for oid, schema, relname, relkind, bound, pending in conn.execute(CHILDREN, (relid,)).fetchall():
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
@@ -112,7 +185,7 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
                 units.append(child)
             continue
         upper = upper_bound(bound) if on_ttl_column else None
-        if upper is not None and bound_expired(conn, policy, pred, upper):
+        if upper is not None and key is not None and bound_expired(conn, policy, pred, upper, key):
             child.action, child.upper = policy.partition_action, upper
             units.append(child)
         elif relkind == "p":
