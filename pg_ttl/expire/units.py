@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from pglast import ast, parse_sql
-from pglast.enums.parsenodes import A_Expr_Kind
-from pglast.parser import ParseError
 from psycopg import sql
 
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, expires_at
@@ -101,6 +98,10 @@ def monotone_column(expression: str) -> str | None:
     form: the (unqualified) column, ``col + c``, ``c + col`` or ``col - c`` with ``c`` a
     constant (literals and operators only: no column, function or subquery), or a
     cast of such a term to date, timestamp or timestamptz. Else None."""
+    # pglast is imported here: loading its parser would slow every command's start-up.
+    from pglast import parse_sql
+    from pglast.parser import ParseError
+
     try:
         statements: Any = parse_sql(f"SELECT {expression}")
         if len(statements) != 1 or len(statements[0].stmt.targetList) != 1:
@@ -113,6 +114,9 @@ def monotone_column(expression: str) -> str | None:
 # pglast's node attributes are all Optional; these walk them as Any and let a
 # missing piece raise (caught above: not provably monotone).
 def _grows_with(node: Any) -> str | None:
+    from pglast import ast
+    from pglast.enums.parsenodes import A_Expr_Kind
+
     n: Any = node
     if isinstance(node, ast.ColumnRef):  # unqualified only: evaluated below over a stand-in row
         return n.fields[0].sval if len(n.fields) == 1 and isinstance(n.fields[0], ast.String) else None
@@ -130,6 +134,9 @@ def _grows_with(node: Any) -> str | None:
 
 
 def _constant(node: Any) -> bool:
+    from pglast import ast
+    from pglast.enums.parsenodes import A_Expr_Kind
+
     n: Any = node
     if isinstance(node, ast.A_Const):
         return True
