@@ -111,9 +111,24 @@ DECLARE
     n jsonb;
     o jsonb;
     override_for_values boolean := false;
+    ovr interval;
 BEGIN
     -- The engine nulling expired values must not extend the row's life.
     IF current_setting('pg_ttl.expiring', true) = 'on' THEN
+        RETURN NEW;
+    END IF;
+    -- The usual case, the columns pg_ttl adds and no write-time value TTLs: plain
+    -- field access (the jsonb path below costs ~4x a bulk UPDATE of a narrow table).
+    IF TG_NARGS = 4 AND TG_ARGV[0] = 'ttl_expires_at' AND TG_ARGV[1] = 'ttl_written_at' THEN
+        NEW.ttl_written_at := now();
+        IF NEW.ttl_expires_at IS NOT DISTINCT FROM OLD.ttl_expires_at THEN
+            ovr := nullif(current_setting('pg_ttl.row_ttl', true), '')::interval;
+            IF ovr IS NULL THEN
+                NEW.ttl_expires_at := now() + TG_ARGV[2]::interval;
+            ELSE
+                NEW.ttl_expires_at := ttl.row_expires_at(TG_ARGV[2]::interval, TG_ARGV[3]::boolean);
+            END IF;
+        END IF;
         RETURN NEW;
     END IF;
     n := to_jsonb(NEW);
