@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pg_ttl import install
 from pg_ttl.localserver import LocalServer
@@ -264,17 +265,23 @@ def _statements(server: LocalServer, dbname: str, since: int) -> list[str]:
             and re.match(r"(statement|execute [^:]*): ", e.split("@LOG:  ", 1)[1])]
 
 
+def _empty_ttl_tables(dsn: str, n: int, job_cron: str) -> None:
+    """Tables t1..tn, empty, each with a 1-day TTL on created_at run on ``job_cron``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("""
+            DO $$ BEGIN FOR i IN 1..{n} LOOP
+                EXECUTE format('CREATE TABLE t%s (id int PRIMARY KEY, created_at timestamptz NOT NULL)', i);
+                PERFORM ttl.enable(format('t%s', i), expire_after => '1 day', column_name => 'created_at',
+                                   job_cron => {cron});
+            END LOOP; END $$""").format(n=sql.Literal(n), cron=sql.Literal(job_cron)))
+
+
 def test_first_pass_over_many_due_tables_reads_the_catalog_once(own_server: LocalServer) -> None:
     """Running 200 due tables in a row does not re-read the catalog after each one (the worker
     hears its own 'run' NOTIFY; only other sessions' notifications mean the catalog changed)."""
     dbname = "firstpass"
     dsn = _fresh_db(own_server, dbname)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("""
-            DO $$ BEGIN FOR i IN 1..200 LOOP
-                EXECUTE format('CREATE TABLE t%s (id int PRIMARY KEY, created_at timestamptz NOT NULL)', i);
-                PERFORM ttl.enable(format('t%s', i), expire_after => '1 day', column_name => 'created_at');
-            END LOOP; END $$""")
+    _empty_ttl_tables(dsn, 200, "@hourly")
     start_log = own_server.logfile.stat().st_size
     w = WorkerProcess("--dsn", dsn, "--once")
     try:
@@ -291,13 +298,8 @@ def test_first_pass_over_many_due_tables_reads_the_catalog_once(own_server: Loca
 def test_idle_worker_with_1000_tables_is_cheap(own_server: LocalServer, tmp_path: Path) -> None:
     dbname = "idle"
     dsn = _fresh_db(own_server, dbname)
+    _empty_ttl_tables(dsn, 1000, "0 0 1 1 *")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("""
-            DO $$ BEGIN FOR i IN 1..1000 LOOP
-                EXECUTE format('CREATE TABLE t%s (id int PRIMARY KEY, created_at timestamptz NOT NULL)', i);
-                PERFORM ttl.enable(format('t%s', i), expire_after => '1 day', column_name => 'created_at',
-                                   job_cron => '0 0 1 1 *');
-            END LOOP; END $$""")
         # Every table already ran for this year's tick: nothing is due.
         tick = latest_tick("0 0 1 1 *", datetime.now(UTC))
         conn.execute("INSERT INTO ttl.worker_schedule (relid, due_at, started_at, finished_at, last_status) "
