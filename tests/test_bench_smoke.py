@@ -92,12 +92,17 @@ def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> 
 
     # Foreground: latencies from real transactions, in every window.
     fg = res["workloads"]["foreground"]["contenders"]
+    rate = res["workloads"]["foreground"]["params"]["rate_tps"]
     for name in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_limited"):
         for run in _ok_runs(fg[name]):
-            assert run["txns"] > 0 and 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+            # at this scale a raw DELETE lasts ~2 ms: shorter than the load's 2.5 ms between transactions
+            if run["window_s"] * rate >= 5:
+                assert run["txns"] > 0
+            if run["txns"]:
+                assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
             if name != "baseline":
                 assert run["expiry_rows_per_s"] > 0
-    assert fg["baseline"]["p99_vs_baseline"] == 1.0
+    assert _ok_runs(fg["baseline"])[0]["txns"] > 0 and fg["baseline"]["p99_vs_baseline"] == 1.0
     # the rate limit holds: no faster than the policy's delete_rate_limit (plus one transaction's slack)
     limit = res["workloads"]["foreground"]["params"]["pg_ttl_limited_delete_rate_limit"]
     limited = _ok_runs(fg["pg_ttl_limited"])[0]
