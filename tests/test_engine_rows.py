@@ -295,6 +295,17 @@ def test_rate_limit_waits_between_transactions(db: psycopg.Connection[Any], dsn:
     assert 0.9 <= elapsed < 2.0
 
 
+def test_select_rate_limit_holds_for_ctid_ranges(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big(db, 400, False)  # no TTL index: ctid ranges, whose rows are selected by the delete itself
+    db.execute("SELECT ttl.set_options('t', '{\"select_rate_limit\": \"200\", \"delete_batch_size\": \"50\"}')")
+    db.commit()
+    started = time.monotonic()
+    [res] = expire(dsn)
+    elapsed = time.monotonic() - started
+    assert res.units[0].strategy == "ctid" and res.rows_selected == res.rows_deleted == 200
+    assert 0.9 <= elapsed < 2.0  # 200 rows at 200 rows/s
+
+
 def test_stop_event_finishes_batch_and_resumes(db: psycopg.Connection[Any], dsn: str) -> None:
     import threading
 

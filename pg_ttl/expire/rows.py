@@ -23,6 +23,7 @@ lock longer than that timeout.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -157,22 +158,33 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
                 _account_group(ctx, group)
         except errors.LockNotAvailable:
             # An application holds a row locked: the transaction is gone; redo its
-            # chunks one per transaction, each falling back to SKIP LOCKED if needed.
+            # chunks one per transaction, the one that met the lock straight with
+            # SKIP LOCKED, the others falling back to it if needed.
             ctx.deleted -= sum(n for _, n in group)
-            for chunk in [c for c, _ in group] + ([current] if current is not None else []):
+            for chunk, _ in group:
                 _delete_chunk(ctx, chunk)
+            if current is not None:
+                _delete_chunk(ctx, current, skip_locked=True)
             current = next(chunks, None)
             continue
         except BaseException:
             ctx.deleted -= sum(n for _, n in group)
             raise
         for chunk, n in group:
-            selected = n if chunk.selected < 0 else chunk.selected
-            ctx.selected += selected
-            ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, selected, n)
-            ctx.delete_limiter.add(n)
+            _counted(ctx, chunk, n)
         if current is None:
             current = next(chunks, None)
+
+
+def _counted(ctx: UnitContext, chunk: Chunk, deleted: int) -> None:
+    """A committed range: progress, and the rate limiters' waits (between transactions).
+    A ctid range is selected by its delete, so it also counts against select_rate_limit."""
+    selected = deleted if chunk.selected < 0 else chunk.selected
+    ctx.selected += selected
+    ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, selected, deleted)
+    if chunk.selected < 0:
+        ctx.select_limiter.add(deleted)
+    ctx.delete_limiter.add(deleted)
 
 
 def _delete_plain(ctx: UnitContext, chunk: Chunk) -> int:
@@ -290,13 +302,17 @@ def _escaped(ctx: UnitContext) -> tuple[sql.SQL, sql.SQL]:
     return cached
 
 
-def _delete_chunk(ctx: UnitContext, chunk: Chunk) -> None:
+def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> None:
+    """One range in its own transaction, counters included; ``skip_locked``: go straight
+    to the SKIP LOCKED form (this range already met an application's row lock)."""
     t, expired = _escaped(ctx)
-    fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
-        t=t, where=chunk.where, expired=expired)
-    try:
-        deleted = _account(ctx, fast, chunk)
-    except errors.LockNotAvailable:
+    deleted: int | None = None
+    if not skip_locked:
+        fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
+            t=t, where=chunk.where, expired=expired)
+        with contextlib.suppress(errors.LockNotAvailable):
+            deleted = _account(ctx, fast, chunk)
+    if deleted is None:
         # An application holds a row (or the table) locked: redo this range
         # without waiting on row locks; locked rows are left for the next run.
         skip = sql.SQL(
@@ -304,11 +320,8 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk) -> None:
             " FOR UPDATE SKIP LOCKED)) AND {expired} RETURNING 1"
         ).format(t=t, where=chunk.where, expired=expired)
         deleted = _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout)
-    selected = deleted if chunk.selected < 0 else chunk.selected
-    ctx.selected += selected
     ctx.deleted += deleted
-    ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, selected, deleted)
-    ctx.delete_limiter.add(deleted)
+    _counted(ctx, chunk, deleted)
 
 
 def _account(ctx: UnitContext, delete: sql.Composable, chunk: Chunk, lock_timeout: str | None = None) -> int:
