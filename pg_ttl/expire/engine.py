@@ -236,9 +236,9 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
     if unit.action == "delete":
         ctx.checkpoint = history.take_over(conn, unit.relid)
         estimate = estimate_expired(ctx)
-        res.strategy = rows.choose_strategy(ctx, estimate)
-        if ctx.checkpoint and ctx.checkpoint.get("strategy") in ("index", "ctid"):
-            res.strategy = str(ctx.checkpoint["strategy"])  # resume the way it was going
+        resumed = (ctx.checkpoint or {}).get("strategy")
+        # resume the way it was going (a checkpoint only makes sense to its own strategy)
+        res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "delete", res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, "delete", estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
