@@ -117,15 +117,24 @@ AS $fn$
 $fn$;
 
 -- An expiration expression must be one expression over the table's own
--- columns, of type timestamptz, without subqueries, aggregates or set-returning
--- functions. It is checked by the server's own parser: planned, never run.
+-- columns, of type timestamptz, without subqueries, aggregates, window or
+-- set-returning functions, and without volatile functions or operators (its
+-- value must not change between the engine's select and its delete).
+--
+-- It is only parsed, never run nor planned (planning folds immutable calls on
+-- constants, i.e. runs them): the server's parser turns it into a temporary
+-- view, and the type, flags and functions are read from the parse tree. So
+-- checking an expression runs none of its code, whoever checks it (the event
+-- trigger after ALTER TABLE included). Names resolve with pg_catalog first, then
+-- the table's schema, as everywhere an expression is evaluated.
 CREATE OR REPLACE FUNCTION ttl._expression_error(tbl regclass, expr text) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     typ regtype;
-    plan text;
+    tree text;
+    bad text;
 BEGIN
     IF expr IS NULL OR btrim(expr) = '' THEN
         RETURN 'must not be empty';
@@ -133,24 +142,33 @@ BEGIN
     IF position(';' IN expr) > 0 THEN
         RETURN 'must be a single expression (no ";")';
     END IF;
-    -- Names in the expression resolve in the table's own schema, then pg_catalog;
-    -- the engine evaluates it with the same search_path. (The function's SET
-    -- clause restores the caller's search_path on exit.)
-    PERFORM set_config('search_path',
-                       format('%I, pg_catalog, pg_temp',
-                              (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                                WHERE c.oid = tbl)),
-                       true);
+    PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
     BEGIN
-        -- One row of NULLs, so that pg_typeof() reports the expression's type.
-        EXECUTE format('SELECT pg_typeof((%s)) FROM (SELECT) AS ttl_one LEFT JOIN ONLY %s ON false', expr, tbl)
-            INTO typ;
-        EXECUTE format('EXPLAIN (FORMAT JSON, COSTS OFF) SELECT (%s) FROM ONLY %s', expr, tbl) INTO plan;
+        EXECUTE format('CREATE TEMPORARY VIEW ttl_expression_check AS SELECT (%s) AS expiry FROM ONLY %s',
+                       expr, tbl);
+        SELECT a.atttypid::regtype, r.ev_action::text INTO typ, tree
+          FROM pg_class c
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 1
+          JOIN pg_rewrite r ON r.ev_class = c.oid
+         WHERE c.oid = 'pg_temp.ttl_expression_check'::regclass;
+        DROP VIEW pg_temp.ttl_expression_check;
     EXCEPTION WHEN OTHERS THEN
         RETURN format('is not a valid expression over the table''s columns: %s', SQLERRM);
     END;
-    IF plan ~ '"(SubPlan|InitPlan|Aggregate|WindowAgg|ProjectSet)' THEN
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF tree ~ ':(hasAggs|hasWindowFuncs|hasTargetSRFs|hasSubLinks) true' THEN
         RETURN 'must not contain subqueries, aggregates, window or set-returning functions';
+    END IF;
+    -- Every function called, directly or through an operator.
+    SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ') INTO bad
+      FROM (SELECT m[2]::oid AS fn FROM regexp_matches(tree, ':(funcid|opfuncid) (\d+)', 'g') AS m
+            UNION
+            SELECT o.oprcode::oid FROM regexp_matches(tree, ':opno (\d+)', 'g') AS m
+              JOIN pg_operator o ON o.oid = m[1]::oid) f
+      JOIN pg_proc p ON p.oid = f.fn
+     WHERE p.provolatile = 'v';
+    IF bad IS NOT NULL THEN
+        RETURN format('must not call volatile functions (%s): a row''s expiry must not change between two reads', bad);
     END IF;
     IF typ IS DISTINCT FROM 'timestamptz'::regtype THEN
         RETURN format('must be of type timestamp with time zone, not %s', typ);
@@ -187,6 +205,16 @@ BEGIN
     IF NEW.expire_after IS NOT NULL AND NEW.expire_after <= interval '0' THEN
         RAISE EXCEPTION 'table %: value of "ttl_expire_after" must be greater than zero, got %', tbl, NEW.expire_after
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.expire_after IS NOT NULL THEN
+        -- Every run computes now() - expire_after: it must stay a representable time.
+        BEGIN
+            PERFORM now() - NEW.expire_after, now() + NEW.expire_after;
+        EXCEPTION WHEN datetime_field_overflow THEN
+            RAISE EXCEPTION 'table %: value of "ttl_expire_after" is too large, got %', tbl, NEW.expire_after
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Expiry must stay within the timestamp range (4713 BC to 294276 AD) counted from now.';
+        END;
     END IF;
 
     IF NEW.expiration_expression IS NOT NULL THEN

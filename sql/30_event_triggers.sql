@@ -24,6 +24,17 @@ BEGIN
                   HINT = format('Disable TTL first: SELECT ttl.disable(%L);', d.objid::regclass::text);
     END LOOP;
 
+    -- Runs cut short by the drop: nobody can finish them any more (their
+    -- table's owner is gone from the catalog), so they are closed here.
+    UPDATE ttl.run_unit SET status = 'skipped', error = 'the partition was dropped during the run',
+           finished_at = clock_timestamp()
+     WHERE status = 'running'
+       AND unit_relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
+    UPDATE ttl.run SET status = 'interrupted', error = 'the table was dropped during the run',
+           finished_at = clock_timestamp()
+     WHERE status = 'running'
+       AND relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
+
     DELETE FROM ttl.policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.column_policy
@@ -33,9 +44,10 @@ $fn$;
 
 -- After ALTER TABLE: a retyped TTL column, or an expression that no longer
 -- compiles (e.g. a column it uses was renamed or retyped), is refused.
+-- Runs with the rights of whoever altered the table (its owner): checking an
+-- expression only parses it (ttl._expression_error), and nothing here needs more.
 CREATE OR REPLACE FUNCTION ttl._on_ddl_end() RETURNS event_trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE

@@ -34,8 +34,11 @@ SELECT r.relid,
 GRANT SELECT ON ttl.last_run TO PUBLIC;
 
 -- Runs older than the history_retention setting go, except each table's latest.
+-- SECURITY DEFINER: history rows are writable by their table's owners only
+-- (row security), and retention is a global setting; it deletes nothing else.
 CREATE OR REPLACE FUNCTION ttl.prune_history() RETURNS bigint
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -50,6 +53,67 @@ BEGIN
 END
 $fn$;
 
+-- Runs whose server session is gone (killed worker, killed CALL ttl.run(),
+-- server restart) are closed as 'interrupted', with their units and the sums
+-- of what they did; their checkpoints stay for the next run to resume from.
+-- Every pass calls it first. SECURITY DEFINER: the verdict rests on the
+-- server's own session list, not on the caller; it closes nothing alive.
+CREATE OR REPLACE FUNCTION ttl.close_dead_runs() RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    n integer;
+BEGIN
+    WITH dead AS (
+        SELECT r.run_id FROM ttl.run r
+         WHERE r.status = 'running'
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                            WHERE a.pid = r.backend_pid AND a.backend_start IS NOT DISTINCT FROM r.backend_start)
+           FOR UPDATE OF r SKIP LOCKED),
+    units AS (
+        UPDATE ttl.run_unit u SET status = 'interrupted', finished_at = coalesce(u.finished_at, clock_timestamp())
+         WHERE u.status = 'running' AND u.run_id IN (SELECT d.run_id FROM dead d)),
+    sums AS (
+        SELECT d.run_id,
+               coalesce(sum(x.rows_selected), 0) AS sel, coalesce(sum(x.rows_deleted), 0) AS del,
+               count(x.run_id) FILTER (WHERE x.action = 'drop' AND x.status = 'ok') AS dropped,
+               count(x.run_id) FILTER (WHERE x.action = 'detach' AND x.status = 'ok') AS detached
+          FROM dead d LEFT JOIN ttl.run_unit x ON x.run_id = d.run_id
+         GROUP BY d.run_id)
+    UPDATE ttl.run r SET status = 'interrupted', finished_at = clock_timestamp(),
+           error = coalesce(r.error, 'the session running it ended before it finished'),
+           rows_selected = s.sel, rows_deleted = s.del, partitions_dropped = s.dropped,
+           partitions_detached = s.detached
+      FROM sums s
+     WHERE r.run_id = s.run_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+-- Take over a unit (the caller holds its claim): unfinished unit rows of
+-- earlier runs are closed and the latest checkpoint among them is returned, to
+-- resume from (NULL: start from the beginning). Runs with the caller's rights:
+-- row security lets only the table's owners read-and-clear checkpoints.
+CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    found jsonb;
+BEGIN
+    SELECT u.checkpoint INTO found FROM ttl.run_unit u
+     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL
+     ORDER BY u.run_id DESC LIMIT 1;
+    UPDATE ttl.run_unit u SET status = CASE WHEN u.status = 'running' THEN 'interrupted' ELSE u.status END,
+           finished_at = coalesce(u.finished_at, clock_timestamp()), checkpoint = NULL
+     WHERE u.unit_relid = unit AND (u.status = 'running' OR u.checkpoint IS NOT NULL);
+    RETURN found;
+END
+$fn$;
+
 -- Advisory lock key of a unit, the same as pg_ttl.expire.claims.key().
 CREATE OR REPLACE FUNCTION ttl._claim_key(unit oid) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT
@@ -58,69 +122,17 @@ AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
 $fn$;
 
--- The expiry predicate of a policy at a cutoff, as SQL text over the table's
--- columns; the same rules as pg_ttl/expire/predicate.py. Must run with
--- TimeZone = UTC (ttl.run sets it).
-CREATE OR REPLACE FUNCTION ttl._expired_sql(tbl oid, cutoff timestamptz) RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    p ttl.policy;
-    col name;
-    typ regtype;
-    months boolean;
-    point timestamptz;
-    scale numeric;
-    thr text;
-    cmp_type text;
-    base text;
-    pred text;
-BEGIN
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF p.expiration_expression IS NOT NULL THEN
-        RETURN format('((%s) <= %L::timestamptz)', p.expiration_expression, cutoff);
-    END IF;
-    SELECT a.attname, a.atttypid::regtype INTO col, typ
-      FROM pg_attribute a WHERE a.attrelid = tbl AND a.attnum = p.ttl_attnum AND NOT a.attisdropped;
-    months := extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0;
-    -- with months, a bound widened by the longest month-end clamp, then the exact sum
-    point := cutoff - p.expire_after + CASE WHEN months THEN interval '3 days' ELSE interval '0' END;
-    scale := CASE p.unit WHEN 'milliseconds' THEN 1000 WHEN 'microseconds' THEN 1000000
-                         WHEN 'nanoseconds' THEN 1000000000 ELSE 1 END;
-    CASE typ
-        WHEN 'timestamptz'::regtype THEN
-            thr := point::text; cmp_type := 'timestamptz'; base := format('%I', col);
-        WHEN 'timestamp'::regtype THEN
-            thr := (point AT TIME ZONE 'UTC')::text; cmp_type := 'timestamp';
-            base := format('(%I AT TIME ZONE ''UTC'')', col);
-        WHEN 'date'::regtype THEN
-            thr := ((point AT TIME ZONE 'UTC')::date)::text; cmp_type := 'date';
-            base := format('(%I::timestamp AT TIME ZONE ''UTC'')', col);
-        WHEN 'numeric'::regtype THEN
-            thr := (extract(epoch FROM point) * scale)::text; cmp_type := 'numeric';
-            base := format('to_timestamp(%I::numeric / %s)', col, scale);
-        ELSE
-            thr := floor(extract(epoch FROM point) * scale)::bigint::text; cmp_type := 'bigint';
-            base := format('to_timestamp(%I::numeric / %s)', col, scale);
-    END CASE;
-    pred := format('%I <= %L::%s', col, thr, cmp_type);
-    IF months THEN
-        pred := format('(%s AND %s + %L::interval <= %L::timestamptz)', pred, base, p.expire_after, cutoff);
-    END IF;
-    RETURN pred;
-END
-$fn$;
-
 -- One expiration pass, server side, for pg_cron:
---     CALL ttl.run();              -- every policy
+--     CALL ttl.run();              -- every policy whose table the caller may act for
 --     CALL ttl.run('events');      -- one table
 -- Deletes row by row by ctid block ranges (delete_batch_size rows per
 -- transaction, COMMIT in between), re-checking expiry in every statement;
 -- a range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
+-- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
+-- expressions and triggers never run with the caller's rights; tables whose
+-- owner the caller is not a member of are left alone (a WARNING names them).
+-- A unit resumes from the checkpoint an interrupted run left (this procedure's
+-- or pg-ttl's, ctid ranges). A lock held on one partition fails only that unit.
 -- Whole-partition drop/detach is done by pg-ttl run / the worker only.
 -- Must be called outside an explicit transaction block (it commits).
 -- No SET clause: a procedure with one cannot COMMIT; settings it needs are
@@ -139,6 +151,7 @@ DECLARE
     leaf record;
     pred text;
     run bigint;
+    cp jsonb;
     nblocks bigint;
     step bigint;
     b bigint;
@@ -152,20 +165,37 @@ BEGIN
         RAISE EXCEPTION 'this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows only on the primary'
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
+    IF tbl IS NOT NULL THEN
+        -- Checked before anything is recorded: a refused call leaves no trace.
+        IF NOT EXISTS (SELECT 1 FROM ttl.policy WHERE relid = tbl) THEN
+            RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object',
+                HINT = 'Enable one with ttl.enable().';
+        END IF;
+        IF NOT pg_catalog.pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = tbl),
+                                      'MEMBER') THEN
+            RAISE EXCEPTION 'must be a member of the owner of table % to expire its rows', tbl
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'The engine acts as the table''s owner; run it as the owner or a member of its role.';
+        END IF;
+    END IF;
     IF cutoff IS NULL THEN
         cutoff := pg_catalog.now();  -- once per run
     ELSIF cutoff > pg_catalog.now() THEN
         RAISE EXCEPTION 'cutoff % is later than the server clock: rows would go early', cutoff
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM ttl.close_dead_runs();
     SELECT value INTO lock_t FROM ttl.settings WHERE name = 'lock_timeout';
     SELECT value INTO row_lock_t FROM ttl.settings WHERE name = 'row_lock_timeout';
     PERFORM pg_catalog.set_config('TimeZone', 'UTC', false),
+            pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), false),
             pg_catalog.set_config('statement_timeout',
                                   coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), '30s'),
                                   false);
+    COMMIT;
     -- names as the Python engine records them: schema-qualified outside public
     FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, c.relkind, n.nspname,
+                    pg_catalog.pg_get_userbyid(c.relowner) AS owner,
                     CASE WHEN n.nspname = 'public' THEN c.relname::text ELSE n.nspname || '.' || c.relname END AS name
                FROM ttl.policy po
                JOIN pg_catalog.pg_class c ON c.oid = po.relid
@@ -173,6 +203,14 @@ BEGIN
               WHERE tbl IS NULL OR po.relid = tbl
               ORDER BY n.nspname, c.relname
     LOOP
+        IF NOT pg_catalog.pg_has_role(current_user, p.owner, 'MEMBER') THEN
+            RAISE WARNING 'table % skipped: % is not a member of its owner %', p.name, current_user, p.owner
+                USING HINT = 'Run ttl.run() as the owner, or GRANT the owner role to this one.';
+            CONTINUE;
+        END IF;
+        -- Every transaction below acts as the owner (a local setting: a COMMIT or
+        -- an error ends it, so the caller's session never keeps the owner's role).
+        PERFORM pg_catalog.set_config('role', p.owner, true);
         IF p.paused THEN
             INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error, finished_at)
             VALUES (p.relid, p.name, 'ttl.run()', cutoff, 'paused',
@@ -180,21 +218,26 @@ BEGIN
             COMMIT;
             CONTINUE;
         END IF;
-        pred := ttl._expired_sql(p.relid, cutoff);
-        -- an expression resolves names in the table's schema first, as validated
-        PERFORM pg_catalog.set_config('search_path', format('%I, pg_catalog, pg_temp', p.nspname), false);
+        SELECT e.expired INTO pred FROM ttl.expired_sql(p.relid, cutoff) e;
         INSERT INTO ttl.run (relid, table_name, worker, cutoff) VALUES (p.relid, p.name, 'ttl.run()', cutoff)
         RETURNING run_id INTO run;
         COMMIT;
-        FOR leaf IN SELECT c.oid, c.oid::regclass AS rel,
+        -- The leaves, read from pg_inherits: pg_partition_tree() would lock every
+        -- partition, and wait on one an application holds.
+        FOR leaf IN WITH RECURSIVE tree(oid) AS (
+                        SELECT p.relid
+                        UNION ALL
+                        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+                    SELECT c.oid, format('%I.%I', n.nspname, c.relname) AS rel,
                            CASE WHEN n.nspname = 'public' THEN c.relname::text
                                 ELSE n.nspname || '.' || c.relname END AS name
-                      FROM pg_catalog.pg_class c
+                      FROM tree
+                      JOIN pg_catalog.pg_class c ON c.oid = tree.oid
                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                      WHERE c.relkind = 'r'
-                       AND (c.oid = p.relid OR c.oid IN (SELECT t.relid FROM pg_catalog.pg_partition_tree(p.relid) t
-                                                          WHERE t.isleaf))
+                     ORDER BY c.relname
         LOOP
+            PERFORM pg_catalog.set_config('role', p.owner, true);
             IF NOT pg_catalog.pg_try_advisory_lock(ttl._claim_key(leaf.oid)) THEN
                 INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, status, error, finished_at)
                 VALUES (run, leaf.oid, leaf.name, 'skip', 'skipped', 'busy: another run is working on it',
@@ -202,40 +245,64 @@ BEGIN
                 COMMIT;
                 CONTINUE;
             END IF;
-            -- units of dead runs: mark them interrupted (the Python engine also resumes them)
-            UPDATE ttl.run_unit SET status = 'interrupted', checkpoint = NULL,
-                   finished_at = coalesce(finished_at, pg_catalog.clock_timestamp())
-             WHERE unit_relid = leaf.oid AND (status = 'running' OR checkpoint IS NOT NULL);
-            INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy)
-            VALUES (run, leaf.oid, leaf.name, 'delete', 'ctid');
-            COMMIT;
-            nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
-            SELECT greatest(1, ceil(p.delete_batch_size / CASE WHEN c.relpages > 0 AND c.reltuples > 0
-                                                           THEN c.reltuples / c.relpages ELSE 100 END))::bigint
-              INTO step FROM pg_catalog.pg_class c WHERE c.oid = leaf.oid;
-            b := 0;
             unit_status := 'ok';
             unit_error := NULL;
-            WHILE b < nblocks LOOP
+            cp := ttl.take_over_unit(leaf.oid);
+            IF cp->>'strategy' IS DISTINCT FROM 'ctid' THEN
+                cp := NULL;  -- key ranges are pg-ttl's; block ranges start over from block 0
+            END IF;
+            INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, resumed_from)
+            VALUES (run, leaf.oid, leaf.name, 'delete', 'ctid', cp);
+            COMMIT;
+            PERFORM pg_catalog.set_config('role', p.owner, true);
+            BEGIN
+                -- waits for a lock on the partition no longer than lock_timeout
+                nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
+                SELECT greatest(1, ceil(p.delete_batch_size / CASE WHEN c.relpages > 0 AND c.reltuples > 0
+                                                               THEN c.reltuples / c.relpages ELSE 100 END))::bigint
+                  INTO step FROM pg_catalog.pg_class c WHERE c.oid = leaf.oid;
+            EXCEPTION WHEN lock_not_available OR query_canceled THEN
+                unit_status := 'timeout';
+                unit_error := SQLERRM;
+            END;
+            b := coalesce(pg_catalog.split_part(pg_catalog.btrim(cp->>'from', '()'), ',', 1)::bigint, 0);
+            IF cp IS NOT NULL THEN
+                nblocks := least(nblocks, (cp->>'end')::bigint);  -- rows that arrived since are the next run's
+            END IF;
+            -- Names in the expression resolve in pg_catalog first, then the table's schema.
+            PERFORM pg_catalog.set_config('search_path', ttl._table_search_path(p.relid), false);
+            WHILE unit_status = 'ok' AND b < coalesce(nblocks, 0) LOOP
+                PERFORM pg_catalog.set_config('role', p.owner, true);
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
                     EXECUTE format('WITH d AS (DELETE FROM ONLY %s WHERE ctid >= %L::tid AND ctid < %L::tid AND %s'
                                    ' RETURNING 1) SELECT count(*) FROM d',
                                    leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
-                EXCEPTION WHEN lock_not_available THEN
+                EXCEPTION WHEN lock_not_available OR serialization_failure THEN
+                    -- an application holds a row (or moved it to another partition meanwhile):
+                    -- redo the range without waiting on row locks; locked rows wait for the next run
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
                         EXECUTE format('WITH d AS (DELETE FROM ONLY %1$s WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY %1$s'
                                        ' WHERE ctid >= %2$L::tid AND ctid < %3$L::tid AND %4$s FOR UPDATE SKIP LOCKED))'
                                        ' AND %4$s RETURNING 1) SELECT count(*) FROM d',
                                        leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
-                    EXCEPTION WHEN lock_not_available OR query_canceled THEN
+                    EXCEPTION WHEN serialization_failure THEN
+                        n := 0;  -- moved again meanwhile: left for the next run
+                        unit_error := 'rows moved to another partition during the run were left for the next run';
+                    WHEN lock_not_available OR query_canceled THEN
                         unit_status := 'timeout';
                         unit_error := SQLERRM;
+                    WHEN undefined_table THEN
+                        unit_status := 'skipped';
+                        unit_error := 'the partition was dropped during the run';
                     END;
                 WHEN query_canceled THEN
                     unit_status := 'timeout';
                     unit_error := SQLERRM;
+                WHEN undefined_table THEN
+                    unit_status := 'skipped';
+                    unit_error := 'the partition was dropped during the run';
                 END;
                 EXIT WHEN unit_status <> 'ok';
                 UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
@@ -245,13 +312,16 @@ BEGIN
                 COMMIT;
                 b := b + step;
             END LOOP;
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
+                    pg_catalog.set_config('role', p.owner, true);
             UPDATE ttl.run_unit SET status = unit_status, error = unit_error,
                    finished_at = pg_catalog.clock_timestamp(),
-                   checkpoint = CASE WHEN unit_status = 'ok' THEN NULL ELSE checkpoint END
+                   checkpoint = CASE WHEN unit_status IN ('ok', 'skipped') THEN NULL ELSE checkpoint END
              WHERE run_id = run AND unit_relid = leaf.oid;
             PERFORM pg_catalog.pg_advisory_unlock(ttl._claim_key(leaf.oid));
             COMMIT;
         END LOOP;
+        PERFORM pg_catalog.set_config('role', p.owner, true);
         UPDATE ttl.run r SET finished_at = pg_catalog.clock_timestamp(),
                status = CASE WHEN u.failed > 0 THEN 'failed' WHEN u.n > 0 AND u.skipped = u.n THEN 'busy'
                              WHEN u.not_ok > 0 THEN 'partial' ELSE 'ok' END,
@@ -262,7 +332,6 @@ BEGIN
                        coalesce(sum(rows_selected), 0) AS sel, coalesce(sum(rows_deleted), 0) AS del
                   FROM ttl.run_unit WHERE run_id = run) u
          WHERE r.run_id = run;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
         COMMIT;
     END LOOP;
     PERFORM ttl.prune_history();

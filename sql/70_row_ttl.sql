@@ -186,25 +186,13 @@ BEGIN
 END
 $fn$;
 
--- The search_path user expressions are evaluated with: built-ins first (so a
--- user object cannot stand in for one), then the table's schema.
-CREATE OR REPLACE FUNCTION ttl._table_search_path(tbl oid) RETURNS text
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT format('pg_catalog, %I, pg_temp', n.nspname)
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl
-$fn$;
-
--- Row base time (what a 'row' column TTL counts from) as SQL over the table's
--- columns, or NULL when the policy has none (expression policies).
+-- Row base time (what a 'row' column TTL counts from) as timestamptz SQL over
+-- the table's columns, or NULL when the policy has none (expression policies).
+-- The TTL column's instant comes from the one expiry definition (sql/15_expiry.sql).
 CREATE OR REPLACE FUNCTION ttl._base_sql(p ttl.policy) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    col text;
-    typ oid;
 BEGIN
     IF p.row_write_attnum IS NOT NULL THEN
         RETURN format('%I', ttl._attname(p.relid, p.row_write_attnum));
@@ -212,29 +200,7 @@ BEGIN
     IF p.ttl_attnum IS NULL THEN
         RETURN NULL;
     END IF;
-    col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
-    typ := p.ttl_atttypid;
-    RETURN CASE
-        WHEN typ = 'timestamptz'::regtype THEN col
-        WHEN typ = 'timestamp'::regtype THEN format($f$(%s AT TIME ZONE 'UTC')$f$, col)
-        WHEN typ = 'date'::regtype THEN format($f$(%s::timestamp AT TIME ZONE 'UTC')$f$, col)
-        ELSE format('pg_catalog.to_timestamp(%s::float8 / %s)', col,
-                    CASE p.unit WHEN 'seconds' THEN '1' WHEN 'milliseconds' THEN '1e3'
-                                WHEN 'microseconds' THEN '1e6' ELSE '1e9' END)
-    END;
-END
-$fn$;
-
--- A row's expiry as SQL over the table's columns (NULL result = never).
-CREATE OR REPLACE FUNCTION ttl._row_expiry_sql(p ttl.policy) RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF p.expiration_expression IS NOT NULL THEN
-        RETURN format('(%s)', p.expiration_expression);
-    END IF;
-    RETURN format('(%s + %L::interval)', ttl._base_sql(p), p.expire_after::text);
+    RETURN ttl._expiry_sql(p.ttl_atttypid, p.unit, interval '0', format('%I', ttl._attname(p.relid, p.ttl_attnum)));
 END
 $fn$;
 
@@ -255,10 +221,13 @@ BEGIN
         RETURN format('pg_catalog.upper(%I)', ttl._attname(tbl, cp.track_attnum));
     END IF;
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF ttl._base_sql(p) IS NULL THEN
-        RETURN NULL;  -- the table TTL lost its base (e.g. became an expression): never
+    IF p.row_write_attnum IS NOT NULL THEN
+        RETURN ttl._expiry_sql('pg_catalog.timestamptz'::regtype, NULL, cp.expire_after,
+                               format('%I', ttl._attname(tbl, p.row_write_attnum)));
+    ELSIF p.ttl_attnum IS NOT NULL THEN
+        RETURN ttl._expiry_sql(p.ttl_atttypid, p.unit, cp.expire_after, format('%I', ttl._attname(tbl, p.ttl_attnum)));
     END IF;
-    RETURN format('(%s + %L::interval)', ttl._base_sql(p), cp.expire_after::text);
+    RETURN NULL;  -- the table TTL lost its base (e.g. became an expression): never
 END
 $fn$;
 
@@ -664,7 +633,7 @@ CREATE OR REPLACE FUNCTION ttl._visible_sql(p ttl.policy) RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT format('COALESCE(%s > pg_catalog.now(), true)', ttl._row_expiry_sql(p))
+    SELECT format('COALESCE(%s OPERATOR(pg_catalog.>) pg_catalog.now(), true)', ttl._row_expiry_sql(p))
 $fn$;
 
 CREATE OR REPLACE FUNCTION ttl._strict_sync(tbl oid) RETURNS void
@@ -753,7 +722,7 @@ BEGIN
     SELECT string_agg(
              CASE WHEN c.attnum IS NULL OR ttl._value_expiry_sql(tbl, a.attnum) IS NULL THEN format('t.%I', a.attname)
                   -- NULL also for NOT NULL columns: a DEFAULT such as nextval() must not run on reads.
-                  ELSE format('CASE WHEN %s <= pg_catalog.now() THEN NULL::%s ELSE t.%I END AS %I',
+                  ELSE format('CASE WHEN %s OPERATOR(pg_catalog.<=) pg_catalog.now() THEN NULL::%s ELSE t.%I END AS %I',
                               ttl._value_expiry_sql(tbl, a.attnum), format_type(a.atttypid, a.atttypmod),
                               a.attname, a.attname) END,
              ', ' ORDER BY a.attnum)
@@ -828,14 +797,14 @@ BEGIN
     IF cp.relative_to = 'write' THEN
         -- A nulled value is no longer tracked: it never expires again.
         target := format('%s, %I = NULL', target, ttl._attname(tbl, cp.track_attnum));
-        pending := format('%s <= %L::timestamptz', expiry, cutoff);
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz', expiry, cutoff);
     ELSIF a.attnotnull THEN
-        pending := format('%s <= %L::timestamptz AND %I IS DISTINCT FROM %s', expiry, cutoff, column_name,
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS DISTINCT FROM %s', expiry, cutoff, column_name,
                           (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute x
                                ON x.attrelid = d.adrelid AND x.attnum = d.adnum
                             WHERE d.adrelid = part AND x.attname = column_name));
     ELSE
-        pending := format('%s <= %L::timestamptz AND %I IS NOT NULL', expiry, cutoff, column_name);
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS NOT NULL', expiry, cutoff, column_name);
     END IF;
     stmt := format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %2$s LIMIT %3$s FOR UPDATE SKIP LOCKED) '
                    'UPDATE ONLY %1$s AS t SET %4$I = %5$s FROM due WHERE t.ctid = due.ctid AND %2$s',

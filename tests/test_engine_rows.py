@@ -261,7 +261,8 @@ def test_statement_timeout_is_set_and_recorded(db: psycopg.Connection[Any], dsn:
     db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
     db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 10) g")
     # an expression that sleeps makes every statement slower than the 100 ms statement_timeout
-    db.execute("CREATE FUNCTION slow(ts timestamptz) RETURNS timestamptz LANGUAGE sql VOLATILE"
+    # (declared STABLE: volatile expressions are refused)
+    db.execute("CREATE FUNCTION slow(ts timestamptz) RETURNS timestamptz LANGUAGE sql STABLE"
                " AS $$ SELECT ts + (pg_sleep(0.05) IS NULL)::int * interval '0' $$")
     db.execute("SELECT ttl.enable('t', expiration_expression => 'slow(v)')")
     db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'statement_timeout'")

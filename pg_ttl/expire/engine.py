@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, history, partitions, rows
+from pg_ttl.expire import claims, history, owner, partitions, rows
 from pg_ttl.expire.context import (
     EngineSettings,
     NullProgress,
@@ -33,7 +33,7 @@ class EngineError(Exception):
 class TableResult:
     table: str
     run_id: int | None
-    status: str  # 'ok' | 'partial' | 'failed' | 'paused' | 'busy'
+    status: str  # 'ok' | 'partial' | 'failed' | 'paused' | 'busy' | 'interrupted' (table dropped meanwhile)
     units: list[UnitResult] = field(default_factory=list)
     rows_selected: int = 0
     rows_deleted: int = 0
@@ -80,7 +80,11 @@ def check_primary(conn: psycopg.Connection[Any]) -> None:
 def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list[int]:
     relids: list[int] = []
     for name in tables:
-        row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
+        try:
+            with conn.transaction():
+                row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
+        except psycopg.errors.InvalidName as exc:  # e.g. 'ev; DROP TABLE x': not a table name at all
+            raise EngineError(f'table argument "{name}" is not a valid table name: {_message(exc)}') from exc
         if row is None or row[0] is None:
             raise EngineError(f'table "{name}" does not exist')
         if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s UNION ALL "
@@ -111,6 +115,7 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
         cutoff = cutoff or row[0]  # once per run, from the server clock
         assert cutoff is not None
         settings = EngineSettings.load(conn)
+        history.close_dead_runs(conn)
         results: list[TableResult] = []
         for policy in load_policies(conn, relids):
             if stop is not None and stop.is_set():
@@ -125,16 +130,24 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> TableResult:
+    """One table's run, done as the table's owner. Whatever goes wrong with this table
+    (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
+    lost connection is raised."""
     started = time.monotonic()
-    if policy.paused:
-        reason = f"paused (SELECT ttl.resume('{policy.name}') to resume)"
-        run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason)
-        conn.execute("UPDATE ttl.run SET finished_at = clock_timestamp() WHERE run_id = %s", (run_id,))
-        return TableResult(policy.name, run_id, "paused", error=reason)
-    pred = build_predicate(conn, policy, cutoff)
-    conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
     result = TableResult(policy.name, None, "ok")
     try:
+        owner.become(conn, policy.owner, policy.name, local=False)
+    except owner.NotOwner as exc:
+        result.status, result.error = "failed", str(exc)
+        return result
+    try:
+        if policy.paused:
+            reason = f"paused (SELECT ttl.resume('{policy.name}') to resume)"
+            run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason)
+            conn.execute("UPDATE ttl.run SET finished_at = clock_timestamp() WHERE run_id = %s", (run_id,))
+            return TableResult(policy.name, run_id, "paused", error=reason)
+        pred = build_predicate(conn, policy, cutoff)
+        conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
         result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
         select_limiter = RateLimiter(policy.select_rate_limit, stop)
         delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
@@ -149,14 +162,18 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             progress.unit_finished(unit_result)
         _summarise(result)
         history.finish_run(conn, result.run_id, result.status, result.error)
-    except psycopg.Error as exc:
+    except (psycopg.Error, LookupError) as exc:
         if conn.broken:
             raise
         result.status, result.error = "failed", _message(exc)
+        if isinstance(exc, LookupError | errors.UndefinedTable):
+            result.status, result.error = "interrupted", "the table was dropped or lost its TTL during the run"
         if result.run_id is not None:
-            history.finish_run(conn, result.run_id, "failed", result.error)
+            history.finish_run(conn, result.run_id, result.status, result.error)
     finally:
-        conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+        if not conn.broken:
+            conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+            owner.restore(conn, local=False)
     result.duration = time.monotonic() - started
     return result
 
@@ -208,8 +225,17 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
         history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
         return res
+    if conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
+        claims.release(conn, unit.relid)
+        res.action, res.status, res.error = "skip", "skipped", "the partition was dropped during the run"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
+        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
+        return res
     try:
         _do_unit(ctx, res)
+    except errors.UndefinedTable:
+        # Dropped by someone else between listing and now: nothing left to do here.
+        res.status, res.error = "skipped", "the partition was dropped during the run"
     except rows.UnitTimeout as exc:
         res.status, res.error = "timeout", str(exc)
     except errors.LockNotAvailable as exc:
@@ -223,7 +249,7 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         res.status, res.error = "failed", _message(exc)
     finally:
         if not conn.broken:
-            if res.status in ("timeout", "failed"):
+            if res.status in ("timeout", "failed", "skipped"):
                 history.finish_unit(conn, ctx.run_id, unit.relid, res.status, res.error)
             claims.release(conn, unit.relid)
     res.rows_selected, res.rows_deleted = ctx.selected, ctx.deleted

@@ -16,17 +16,11 @@ START_RUN = """
 INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error)
 VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id
 """
+# The checkpoint a unit resumes from is both its first checkpoint (a run killed
+# before its first range keeps it) and, for the record, where it started.
 START_UNIT = """
-INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, checkpoint)
-VALUES (%s, %s, %s, %s, %s, %s)
-"""
-# A unit row with a checkpoint (stopped, timed out) or still 'running' while we
-# hold its claim (its run died) is unfinished: we take over its checkpoint.
-TAKE_OVER = """
-UPDATE ttl.run_unit u SET status = CASE WHEN u.status = 'running' THEN 'interrupted' ELSE u.status END,
-       finished_at = coalesce(u.finished_at, clock_timestamp()), checkpoint = NULL
- WHERE u.unit_relid = %s AND (u.status = 'running' OR u.checkpoint IS NOT NULL)
-RETURNING u.run_id, u.checkpoint, u.status, (SELECT r.status FROM ttl.run r WHERE r.run_id = u.run_id)
+INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, checkpoint, resumed_from)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
 """
 FINISH_UNIT = """
 UPDATE ttl.run_unit SET status = %s, error = %s, finished_at = clock_timestamp(),
@@ -44,15 +38,6 @@ UPDATE ttl.run r SET status = %s, error = %s, finished_at = clock_timestamp(),
           FROM ttl.run_unit WHERE run_id = %s) u
  WHERE r.run_id = %s
 """
-# Runs older than history_retention go, except each table's latest run.
-PRUNE = """
-DELETE FROM ttl.run r
- WHERE r.started_at < now() - coalesce((SELECT value::interval FROM ttl.settings WHERE name = 'history_retention'),
-                                       interval '30 days')
-   AND r.run_id <> (SELECT max(l.run_id) FROM ttl.run l WHERE l.relid = r.relid)
-"""
-
-
 def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str | None, cutoff: datetime,
               status: str = "running", error: str | None = None) -> int:
     row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error)).fetchone()
@@ -61,20 +46,20 @@ def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str
 
 
 def take_over(conn: psycopg.Connection[Any], unit_relid: int) -> dict[str, Any] | None:
-    """Checkpoint of an interrupted run of this unit (we hold its claim), if any."""
-    found: dict[str, Any] | None = None
-    for run_id, checkpoint, status, run_status in sorted(conn.execute(TAKE_OVER, (unit_relid,)).fetchall()):
-        if checkpoint:
-            found = dict(checkpoint)
-        if status == "interrupted" and run_status == "running":  # its run died on this unit
-            finish_run(conn, run_id, "interrupted", "the run ended before this unit was done")
-    return found
+    """Checkpoint an interrupted run left on this unit (we hold its claim), if any (sql/50_engine.sql)."""
+    row = conn.execute("SELECT ttl.take_over_unit(%s)", (unit_relid,)).fetchone()
+    return dict(row[0]) if row and row[0] else None
+
+
+def close_dead_runs(conn: psycopg.Connection[Any]) -> None:
+    """Runs whose session is gone (killed, server restarted) become 'interrupted'."""
+    conn.execute("SELECT ttl.close_dead_runs()")
 
 
 def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, action: str,
                strategy: str | None, checkpoint: dict[str, Any] | None) -> None:
-    conn.execute(START_UNIT, (run_id, unit_relid, name, action, strategy,
-                              Jsonb(checkpoint) if checkpoint is not None else None))
+    cp = Jsonb(checkpoint) if checkpoint is not None else None
+    conn.execute(START_UNIT, (run_id, unit_relid, name, action, strategy, cp, cp))
 
 
 def finish_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, status: str, error: str | None,
@@ -88,4 +73,5 @@ def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str, error: s
 
 
 def prune(conn: psycopg.Connection[Any]) -> int:
-    return conn.execute(PRUNE).rowcount
+    row = conn.execute("SELECT ttl.prune_history()").fetchone()
+    return int(row[0]) if row else 0

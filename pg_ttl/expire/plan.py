@@ -11,9 +11,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pg_ttl.expire import owner
 from pg_ttl.expire.context import EngineSettings
 from pg_ttl.expire.engine import resolve_tables
-from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expires_at, load_policies
+from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expiry_of, load_policies
 from pg_ttl.expire.units import Unit, list_units
 
 
@@ -50,11 +51,11 @@ def _reading(conn: psycopg.Connection[Any]) -> Iterator[datetime]:
         yield row[0]
 
 
-def _min_expiry(policy: EnginePolicy, pred: Predicate) -> sql.Composable:
+def _min_expiry(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> sql.Composable:
     if pred.column is None:
         assert policy.expression is not None
         return sql.SQL("min(({}))").format(sql.SQL(policy.expression))
-    return expires_at(policy, sql.SQL("min({})").format(pred.column))
+    return expiry_of(conn, policy, sql.SQL("min({})").format(pred.column))
 
 
 def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPlan]:
@@ -63,10 +64,14 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
     with _reading(conn) as cutoff:
         relids = resolve_tables(conn, [table]) if table is not None else None
         for policy in load_policies(conn, relids):
+            if relids is None and not owner.can_act_as(conn, policy.owner):
+                continue  # someone else's table: its owner plans it
             pred = build_predicate(conn, policy, cutoff)
+            owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
             for unit in list_units(conn, policy, pred):
                 out.append(_plan_unit(conn, policy, pred, unit))
+            owner.restore(conn, local=True)
     return out
 
 
@@ -80,7 +85,7 @@ def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
         "                  pg_catalog.pg_total_relation_size({oid}::regclass))"
         "    FROM pg_catalog.pg_partition_tree({oid}::regclass) p WHERE p.isleaf)"
         " FROM {only}{t}"
-    ).format(cond=condition, oldest=_min_expiry(policy, pred), only=only, t=unit.ident,
+    ).format(cond=condition, oldest=_min_expiry(conn, policy, pred), only=only, t=unit.ident,
              oid=sql.Literal(unit.relid))
     row = conn.execute(query).fetchone()
     assert row is not None
@@ -101,7 +106,9 @@ def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None
             return None
         policy = policies[0]
         pred = build_predicate(conn, policy, cutoff)
+        owner.become(conn, policy.owner, policy.name, local=True)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
-        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(policy, pred), policy.ident, pred.expired)
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(conn, policy, pred), policy.ident,
+                                                             pred.expired)
         row = conn.execute(query).fetchone()
         return row[0] if row else None

@@ -1,15 +1,15 @@
 """The expiry predicate of one policy, for one run.
 
-The cutoff is taken once per run from the server clock (``now()``) and every
-statement of the run compares against it. Engine sessions run with
-``TimeZone = UTC``: ``timestamp`` columns are read as UTC and ``+ interval``
-on ``timestamptz`` counts days as 24 hours.
+When a row expires is defined once, in the database (``ttl.expired_sql`` in
+sql/15_expiry.sql); this module asks it for the policy's SQL at the run's
+cutoff. The cutoff is taken once per run from the server clock (``now()``) and
+every statement of the run compares against it.
 
-For an ``expire_after`` without months, ``col + expire_after <= cutoff`` is
-the same as ``col <= cutoff - expire_after``: the threshold is computed once on
-the server, in the column's own type, so the predicate is exact and can use an
-index on the column. With months (not a fixed length) the threshold is widened
-by the longest month-end clamp and the exact sum is re-checked per row.
+``expired`` is exact; ``bound`` (column policies) is ``col <= threshold`` in
+the column's own type, which a btree on the column can use: the same condition
+for fixed intervals, a superset re-checked by ``expired`` with months.
+Expressions are evaluated with ``pg_catalog`` first, then the table's schema,
+and as the table's owner (the engine's session takes the owner's role).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-# Unix time units: values per second.
-UNIT_SCALE = {"seconds": 1, "milliseconds": 1_000, "microseconds": 1_000_000, "nanoseconds": 1_000_000_000}
-
 POLICY_QUERY = """
-SELECT p.relid, n.nspname, c.relname, a.attname, t.typname, p.expiration_expression, p.expire_after,
+SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.attname, t.typname, t.oid,
+       p.expiration_expression, p.expire_after,
        p.expire_after::text, (extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0),
        p.unit, p.select_batch_size, p.delete_batch_size, p.select_rate_limit, p.delete_rate_limit, p.paused,
        p.partition_action, p.detach_schema, c.relkind
@@ -44,8 +42,10 @@ class EnginePolicy:
     relid: int
     schema: str
     relname: str
+    owner: str  # the engine does this table's work as this role
     column: str | None
     typname: str | None
+    typid: int | None
     expression: str | None
     expire_after: timedelta | None
     expire_after_text: str | None
@@ -84,10 +84,9 @@ class Predicate:
     cutoff: datetime
     expired: sql.Composable
     bound: sql.Composable | None
-    threshold: str | None  # the threshold in the column's type, as text
     column: sql.Identifier | None
     coltype: sql.Identifier | None
-    search_path: str  # for SET LOCAL search_path when the expression names functions
+    search_path: str  # pg_catalog first, then the table's schema
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""
@@ -97,64 +96,23 @@ class Predicate:
         return sql.SQL("CAST({} AS {})").format(text_value, self.coltype)
 
 
-def expires_at(policy: EnginePolicy, term: sql.Composable) -> sql.Composable:
-    """The expiry instant (timestamptz) of a TTL column value ``term``."""
-    after = sql.SQL("CAST({} AS interval)").format(sql.Literal(policy.expire_after_text))
-    kind = policy.typname
-    if kind == "timestamptz":
-        base: sql.Composable = term
-    elif kind == "timestamp":
-        base = sql.SQL("({} AT TIME ZONE 'UTC')").format(term)
-    elif kind == "date":
-        base = sql.SQL("(CAST({} AS timestamp) AT TIME ZONE 'UTC')").format(term)
-    else:
-        assert policy.unit is not None
-        base = sql.SQL("pg_catalog.to_timestamp(CAST({} AS numeric) / {})").format(
-            term, sql.Literal(UNIT_SCALE[policy.unit]))
-    return sql.SQL("({} + {})").format(base, after)
-
-
-def _threshold_sql(policy: EnginePolicy) -> sql.SQL:
-    """``cutoff - expire_after`` in the column's own type (a superset bound with months)."""
-    after = "CAST(%(after)s AS interval)"
-    slack = " + interval '3 days'" if policy.has_months else ""
-    point = f"((%(cutoff)s - {after}){slack})"
-    kind = policy.typname
-    if kind == "timestamptz":
-        expr = point
-    elif kind == "timestamp":
-        expr = f"({point} AT TIME ZONE 'UTC')"
-    elif kind == "date":
-        # A date expires at its midnight UTC + expire_after: midnight <= t  <=>  date <= t::date.
-        expr = f"CAST({point} AT TIME ZONE 'UTC' AS date)"
-    else:
-        epoch = f"(extract(epoch FROM {point}) * %(scale)s)"
-        expr = epoch if kind == "numeric" else f"CAST(floor({epoch}) AS bigint)"
-    # Built from the fixed fragments above only; values travel as parameters.
-    return sql.SQL("SELECT CAST(" + expr + " AS text)")
+def expiry_of(conn: psycopg.Connection[Any], policy: EnginePolicy, term: sql.Composable) -> sql.SQL:
+    """The expiry instant (timestamptz) of TTL column value ``term``, by the database's definition."""
+    row = conn.execute("SELECT ttl._expiry_sql(%s::oid::regtype, %s, %s::interval, %s)",
+                       (policy.typid, policy.unit, policy.expire_after_text, term.as_string(conn))).fetchone()
+    assert row is not None
+    return sql.SQL(row[0])
 
 
 def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
-    search_path = "pg_catalog, pg_temp"
+    row = conn.execute("SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s) "
+                       "FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e",
+                       {"relid": policy.relid, "cutoff": cutoff}).fetchone()
+    if row is None or row[0] is None:
+        raise LookupError(f"table {policy.name} has no TTL policy any more")
+    expired, bound, search_path = sql.SQL(row[0]), (sql.SQL(row[1]) if row[1] else None), str(row[2])
     if policy.expression is not None:
-        # As ttl._expression_error validated it: names resolve in the table's schema first.
-        search_path = str(sql.SQL("{}, pg_catalog, pg_temp").format(sql.Identifier(policy.schema)).as_string(conn))
-        # The expression is SQL by definition; ttl._expression_error (sql/10_validate.sql) has
-        # checked it is one subquery-free timestamptz expression over the table's columns.
-        expired = sql.SQL("(({}) <= {})").format(sql.SQL(policy.expression), sql.Literal(cutoff))
-        return Predicate(cutoff, expired, None, None, None, None, search_path)
+        return Predicate(cutoff, expired, None, None, None, search_path)
     assert policy.column is not None and policy.typname is not None
-    params = {"cutoff": cutoff, "after": policy.expire_after_text,
-              "scale": UNIT_SCALE.get(policy.unit or "seconds", 1)}
-    row = conn.execute(_threshold_sql(policy), params).fetchone()
-    assert row is not None
-    threshold = str(row[0])
-    column = sql.Identifier(policy.column)
-    coltype = sql.Identifier("pg_catalog", policy.typname)
-    # int4 seconds compare with an int8 threshold (cross-type btree operator; no overflow).
-    bound_type = sql.Identifier("pg_catalog", "int8") if policy.typname == "int4" else coltype
-    bound = sql.SQL("{} <= CAST({} AS {})").format(column, sql.Literal(threshold), bound_type)
-    expired = bound
-    if policy.has_months:
-        expired = sql.SQL("({} AND {} <= {})").format(bound, expires_at(policy, column), sql.Literal(cutoff))
-    return Predicate(cutoff, expired, bound, threshold, column, coltype, search_path)
+    return Predicate(cutoff, expired, bound, sql.Identifier(policy.column),
+                     sql.Identifier("pg_catalog", policy.typname), search_path)

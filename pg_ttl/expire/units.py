@@ -21,16 +21,19 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pg_ttl.expire.predicate import EnginePolicy, Predicate, expires_at
+from pg_ttl.expire.predicate import EnginePolicy, Predicate
 
 CHILDREN = """
-SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending
+SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartbound, 0), i.inhdetachpending
   FROM pg_catalog.pg_inherits i
   JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE i.inhparent = %s
  ORDER BY c.relname
 """
+# pg_get_expr(bound, 0): a partition bound holds constants only, and with no relation
+# to open the call neither waits on a lock held on the partition nor fails when
+# a concurrent DROP removed it.
 PARTITION_KEY = """
 SELECT pt.partstrat, pt.partnatts, a.attname, tn.nspname, t.typname
   FROM pg_catalog.pg_partitioned_table pt
@@ -151,14 +154,13 @@ def bound_expired(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Pre
                   key: RangeKey) -> bool:
     """Has everything below ``upper`` (a partition's exclusive upper bound) expired?"""
     if policy.expression is None:
-        assert pred.coltype is not None
-        query = sql.SQL("SELECT {} <= {}").format(expires_at(policy, pred.cast(sql.Literal(upper))),
-                                                  sql.Literal(pred.cutoff))
-    else:
-        # The expression at the bound, evaluated over a one-row stand-in for the table.
-        query = sql.SQL("SELECT ({}) <= {} FROM (SELECT CAST({} AS {}) AS {}) AS t").format(
-            sql.SQL(policy.expression), sql.Literal(pred.cutoff), sql.Literal(upper), key.type,
-            sql.Identifier(key.column))
+        row = conn.execute("SELECT ttl.partition_expired(%s, %s, %s)", (policy.relid, pred.cutoff, upper)).fetchone()
+        return bool(row and row[0])
+    # The expression at the bound, evaluated over a one-row stand-in for the table
+    # (as the table's owner, with pg_catalog first: the engine's session rules).
+    query = sql.SQL("SELECT ({}) OPERATOR(pg_catalog.<=) {} FROM (SELECT CAST({} AS {}) AS {}) AS t").format(
+        sql.SQL(policy.expression), sql.Literal(pred.cutoff), sql.Literal(upper), key.type,
+        sql.Identifier(key.column))
     try:
         with conn.transaction():  # a savepoint inside plan()'s transaction
             row = conn.execute(query).fetchone()

@@ -1,0 +1,38 @@
+"""Acting as a table's owner.
+
+A table's owner writes its expiration expression, its triggers and its column
+defaults; the engine, ``plan`` and the lag metric run that SQL as the owner
+(``SET ROLE``), never with their own rights: a worker connected as a
+privileged role must not lend those privileges to every table owner. The
+caller's session role must be a member of the owner's role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+
+class NotOwner(Exception):
+    """The session may not act as the table's owner."""
+
+
+def can_act_as(conn: psycopg.Connection[Any], owner: str) -> bool:
+    # SET ROLE is allowed to members of the role, checked against the session user.
+    row = conn.execute("SELECT pg_catalog.pg_has_role(session_user, %s, 'MEMBER')", (owner,)).fetchone()
+    return bool(row and row[0])
+
+
+def become(conn: psycopg.Connection[Any], owner: str, table: str, *, local: bool) -> None:
+    """Take ``owner``'s role, for the transaction (``local``) or the session."""
+    if not can_act_as(conn, owner):
+        raise NotOwner(f'cannot act as "{owner}", the owner of table {table}: the role this runs as is not a '
+                       f'member of it (GRANT "{owner}" TO the worker\'s role, or run as the owner)')
+    conn.execute("SELECT pg_catalog.set_config('role', %s, %s)", (owner, local))
+
+
+def restore(conn: psycopg.Connection[Any], *, local: bool) -> None:
+    """Back to the session's own role."""
+    if not conn.broken:
+        conn.execute("SELECT pg_catalog.set_config('role', 'none', %s)", (local,))

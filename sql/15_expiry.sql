@@ -1,0 +1,202 @@
+-- When a row or a value expires: the one definition. The engine (pg-ttl run,
+-- the worker, CALL ttl.run()), partition removal, strict visibility,
+-- ttl()/expires_at()/write_time(), plan and the lag metric all build their SQL
+-- from these functions.
+--
+-- The SQL they return is safe under any search_path: every function and
+-- operator is schema-qualified, so an object in a user schema cannot stand in
+-- for a built-in. Calendar arithmetic is done in UTC whatever the session's
+-- TimeZone (timestamp columns are read as UTC, dates as their midnight UTC), so
+-- every caller computes the same instant.
+
+-- Values per second of a Unix time unit.
+CREATE OR REPLACE FUNCTION ttl._unit_scale(unit text) RETURNS numeric
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE unit WHEN 'seconds' THEN 1 WHEN 'milliseconds' THEN 1000 WHEN 'microseconds' THEN 1000000
+                     WHEN 'nanoseconds' THEN 1000000000 END::numeric
+$fn$;
+
+-- The instant a TTL column value `term` (SQL text) stands for plus `after`, as
+-- SQL of type timestamp (UTC wall clock). Unix time is converted exactly: the
+-- whole microseconds through integer day and microsecond counts (no float8),
+-- and a value with a fraction of a microsecond left expires at the next
+-- microsecond, never before its own instant.
+CREATE OR REPLACE FUNCTION ttl._utc_expiry_sql(typ regtype, unit text, after interval, term text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    plus text := format('%L::pg_catalog.interval', coalesce(after, interval '0'));
+    micros text;
+    whole text;
+    days text;
+BEGIN
+    CASE typ
+        WHEN 'pg_catalog.timestamptz'::regtype THEN
+            RETURN format('(pg_catalog.timezone(''UTC''::pg_catalog.text, %s) OPERATOR(pg_catalog.+) %s)', term, plus);
+        WHEN 'pg_catalog.timestamp'::regtype THEN
+            RETURN format('(CAST(%s AS pg_catalog.timestamp) OPERATOR(pg_catalog.+) %s)', term, plus);
+        WHEN 'pg_catalog.date'::regtype THEN
+            RETURN format('(CAST(%s AS pg_catalog.timestamp) OPERATOR(pg_catalog.+) %s)', term, plus);
+        ELSE
+            IF ttl._unit_scale(unit) IS NULL THEN
+                RAISE EXCEPTION 'a Unix time column needs a unit, got %', coalesce(unit, 'none')
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            -- Every operation in parentheses: OPERATOR(...) syntax gives all
+            -- operators one precedence, left to right.
+            micros := format('(CAST(%s AS pg_catalog.numeric) OPERATOR(pg_catalog.*) %s)',
+                             term, 1000000 / ttl._unit_scale(unit));
+            whole := format('pg_catalog.floor(%s)', micros);
+            days := format('pg_catalog.floor(%s OPERATOR(pg_catalog./) 86400000000)', whole);
+            RETURN format('((((CAST(''1970-01-01'' AS pg_catalog.timestamp)'
+                          ' OPERATOR(pg_catalog.+) pg_catalog.make_interval(days => CAST(%1$s AS pg_catalog.int4)))'
+                          ' OPERATOR(pg_catalog.+) (CAST((%2$s OPERATOR(pg_catalog.-) (%1$s OPERATOR(pg_catalog.*) 86400000000))'
+                          '     AS pg_catalog.float8) OPERATOR(pg_catalog.*) CAST(''1 microsecond'' AS pg_catalog.interval)))'
+                          ' OPERATOR(pg_catalog.+) %3$s)'
+                          ' OPERATOR(pg_catalog.+) CASE WHEN %4$s OPERATOR(pg_catalog.>) %2$s'
+                          '     THEN CAST(''1 microsecond'' AS pg_catalog.interval)'
+                          '     ELSE CAST(''0'' AS pg_catalog.interval) END)',
+                          days, whole, plus, micros);
+    END CASE;
+END
+$fn$;
+
+-- The expiry instant (timestamptz SQL) of TTL column value `term` of a column
+-- of type `typ` (holding Unix time in `unit` for numeric types) after `after`.
+CREATE OR REPLACE FUNCTION ttl._expiry_sql(typ regtype, unit text, after interval, term text) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('pg_catalog.timezone(''UTC''::pg_catalog.text, %s)', ttl._utc_expiry_sql(typ, unit, after, term))
+$fn$;
+
+-- When a policy's rows expire, as SQL over the table's columns (timestamptz; NULL = never).
+CREATE OR REPLACE FUNCTION ttl._row_expiry_sql(p ttl.policy) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF p.expiration_expression IS NOT NULL THEN
+        RETURN format('(%s)', p.expiration_expression);
+    END IF;
+    RETURN ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after, format('%I', ttl._attname(p.relid, p.ttl_attnum)));
+END
+$fn$;
+
+-- The search_path user expressions are evaluated with: built-ins first (so a
+-- user object cannot stand in for one), then the table's schema.
+CREATE OR REPLACE FUNCTION ttl._table_search_path(tbl oid) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('pg_catalog, %I, pg_temp', n.nspname)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl
+$fn$;
+
+-- The rows of policy `tbl` expired at `cutoff`, as SQL over the table's columns:
+--   expired: the exact condition (true only for rows whose expiry <= cutoff);
+--   bound:   for column policies, `col <= threshold` in the column's own type,
+--            implied by `expired` when months are involved and equal to it
+--            otherwise, so a btree on the column can find the candidates.
+-- A threshold outside the column type's range is clamped: below it nothing
+-- expires, above it every non-NULL value does.
+CREATE OR REPLACE FUNCTION ttl.expired_sql(tbl oid, cutoff timestamptz, OUT expired text, OUT bound text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+AS $fn$
+DECLARE
+    p ttl.policy;
+    col text;
+    typ regtype;
+    months boolean;
+    point timestamptz;
+    thr numeric;
+    low numeric;
+    high numeric;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p.expiration_expression IS NOT NULL THEN
+        expired := format('((%s) OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)', p.expiration_expression, cutoff);
+        RETURN;
+    END IF;
+    col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
+    typ := p.ttl_atttypid;
+    months := extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0;
+    BEGIN
+        -- with months (not a fixed length), widened by the longest month-end clamp
+        point := cutoff - p.expire_after + CASE WHEN months THEN interval '3 days' ELSE interval '0' END;
+    EXCEPTION WHEN datetime_field_overflow THEN
+        point := NULL;  -- before the start of time: only the exact check can say
+    END;
+    IF point IS NULL THEN
+        bound := NULL;
+    ELSIF typ = 'timestamptz'::regtype THEN
+        bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz', col, point);
+    ELSIF typ = 'timestamp'::regtype THEN
+        bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamp', col, point AT TIME ZONE 'UTC');
+    ELSIF typ = 'date'::regtype THEN
+        -- a date expires at its midnight UTC + expire_after: midnight <= t  <=>  date <= t::date
+        bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.date', col, (point AT TIME ZONE 'UTC')::date);
+    ELSE
+        thr := extract(epoch FROM point) * ttl._unit_scale(p.unit);  -- numeric: exact
+        IF typ = 'numeric'::regtype THEN
+            bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.numeric', col, thr);
+        ELSE
+            thr := floor(thr);
+            low := CASE typ WHEN 'int4'::regtype THEN -2147483648 ELSE -9223372036854775808 END;
+            high := CASE typ WHEN 'int4'::regtype THEN 2147483647 ELSE 9223372036854775807 END;
+            -- int4 compares with an int8 threshold (a cross-type btree operator: no overflow)
+            bound := CASE WHEN thr < low THEN 'false'
+                          WHEN thr >= high THEN format('%s IS NOT NULL', col)
+                          ELSE format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.int8', col, thr) END;
+        END IF;
+    END IF;
+    IF months OR bound IS NULL THEN
+        expired := format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
+                          ttl._expiry_sql(typ, p.unit, p.expire_after, col), cutoff);
+        IF bound IS NOT NULL THEN
+            expired := format('(%s AND %s)', bound, expired);
+        END IF;
+    ELSE
+        expired := bound;
+    END IF;
+END
+$fn$;
+
+-- Has every row below `upper` (the exclusive upper bound of a range partition on
+-- the TTL column, as text) expired at `cutoff`? Month arithmetic clamps at month
+-- ends (Mar 30 23:00 + 1 month is later than Mar 31 00:00 + 1 month), so with
+-- months the latest expiry below the bound is up to a day past the bound's own.
+CREATE OR REPLACE FUNCTION ttl.partition_expired(tbl oid, cutoff timestamptz, upper text) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    latest timestamptz;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT FOUND OR p.ttl_attnum IS NULL THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
+                                                     format('%L::%s', upper, p.ttl_atttypid::regtype)))
+           INTO latest;
+        IF (extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0)
+           AND p.ttl_atttypid <> 'date'::regtype THEN
+            latest := latest + interval '1 day';
+        END IF;
+    EXCEPTION WHEN data_exception THEN
+        RETURN false;  -- e.g. out of range at the bound: not provably expired
+    END;
+    RETURN latest <= cutoff;
+END
+$fn$;
