@@ -104,7 +104,9 @@ def run(server: BenchServer, cfg: Config, ttl_template: str | None, missing: str
         _create_policies(server, db, cfg.idle_policies)
         baseline = _window(server, db, min(cfg.idle_window_s / 2, 5.0), None)
         with tempfile.TemporaryFile("w+") as logf:
-            proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "worker", "--dsn", server.dsn(db)],
+            # The benchmark server's only role is its superuser: allowed explicitly.
+            proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "worker", "--dsn", server.dsn(db),
+                                     "--allow-superuser"],
                                     stdout=logf, stderr=subprocess.STDOUT, cwd=ROOT, env=_cli_env())
             try:
                 first_pass = _wait_for_first_pass(server, db, cfg.idle_policies, proc, cfg.idle_first_pass_limit_s)

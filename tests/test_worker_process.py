@@ -266,7 +266,7 @@ def test_worker_errors_are_one_line(cli: Any, tmp_path: Path) -> None:
     res = cli("worker", "--config", str(tmp_path / "missing.toml"))
     assert res.returncode == 2 and "cannot read config file" in res.stderr and "Traceback" not in res.stderr
     res = cli("worker", "--dsn", "dbname=x", "--metrics-addr", "nonsense")
-    assert res.returncode == 2 and "metrics_addr must be host:port" in res.stderr
+    assert res.returncode == 2 and "--metrics-addr must be host:port" in res.stderr
 
 
 def test_column_only_table_is_scheduled_and_nulled_values_are_counted(dsn: str, connect: Any) -> None:

@@ -30,13 +30,20 @@ def wait_until(check: Callable[[], T], timeout: float = 20.0, interval: float = 
 
 
 class WorkerProcess:
-    """``python -m pg_ttl worker ARGS --log-format json`` in the background."""
+    """``python -m pg_ttl worker ARGS --log-format json`` in the background.
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, json_logs: bool = True) -> None:
+    The tests' server has one role, a superuser, so the worker is told to accept it
+    (``--allow-superuser``) unless ``allow_superuser=False``.
+    """
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, json_logs: bool = True,
+                 allow_superuser: bool = True) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="pg-ttl-worker-", suffix=".log", delete=False)  # noqa: SIM115
         argv = [sys.executable, "-m", "pg_ttl", "worker", *args]
         if json_logs and "--log-format" not in args:
             argv += ["--log-format", "json"]
+        if allow_superuser and "--allow-superuser" not in args:
+            argv.append("--allow-superuser")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
         self.pid = self.proc.pid

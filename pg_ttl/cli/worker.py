@@ -21,6 +21,10 @@ else libpq's PG* variables.
 
 Signals: SIGTERM/SIGINT finish the current batch and exit 0; SIGHUP reloads the
 config. Under systemd (Type=notify) it reports READY/STATUS/WATCHDOG.
+
+Role: connect as a dedicated role (LOGIN NOSUPERUSER NOBYPASSRLS, a member of
+each TTL table's owner role); as a superuser or BYPASSRLS role the worker
+refuses to start (exit code 3) unless --allow-superuser is given. See docs/worker.md.
 """
 
 
@@ -35,15 +39,22 @@ def register(sub: Any) -> None:
                    help="serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port)")
     p.add_argument("--log-format", choices=("kv", "json"), default=None, help="log line format (default kv)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=None)
-    p.add_argument("--poll-interval", type=float, default=None, metavar="SECONDS",
-                   help="seconds between catalog reads when no NOTIFY arrives (default 30)")
-    p.add_argument("--max-backoff", type=float, default=None, metavar="SECONDS",
-                   help="longest wait between reconnect attempts (default 60)")
-    p.add_argument("--shutdown-timeout", type=float, default=None, metavar="SECONDS",
-                   help="on SIGTERM, how long the current batch may take to finish (default 30)")
+    # Numbers are read as text and checked with the config file's rules, so a bad value
+    # gets the same one-line message wherever it comes from.
+    p.add_argument("--poll-interval", default=None, metavar="SECONDS",
+                   help="seconds between catalog reads when no NOTIFY arrives (> 0; default 30)")
+    p.add_argument("--max-backoff", default=None, metavar="SECONDS",
+                   help="longest wait between reconnect attempts (> 0; default 60)")
+    p.add_argument("--shutdown-timeout", default=None, metavar="SECONDS",
+                   help="on SIGTERM, how long the current batch may take to finish (> 0; default 30)")
     p.add_argument("--name", default=None, help="worker name in the run history (default host:pid)")
+    p.add_argument("--allow-superuser", action="store_true", default=None,
+                   help="run even when connected as a superuser or BYPASSRLS role (refused by default; "
+                        "see docs/worker.md for a dedicated role)")
     p.add_argument("--once", action="store_true",
-                   help="run what is due now in every database, then exit (for cron-style deployments)")
+                   help="run what is due now in every database, then exit (for cron-style deployments); "
+                        "exit code 0: every run succeeded, 1: some table's run failed, 2: a database "
+                        "could not be served")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("status", help="per TTL table: last run, next run, backlog, lag; and the workers")
@@ -69,14 +80,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     overrides = {
         "dsns": args.dsns, "config": args.config, "metrics_addr": args.metrics_addr, "log_format": args.log_format,
         "log_level": args.log_level, "poll_interval": args.poll_interval, "max_backoff": args.max_backoff,
-        "shutdown_timeout": args.shutdown_timeout, "name": args.name,
+        "shutdown_timeout": args.shutdown_timeout, "name": args.name, "allow_superuser": args.allow_superuser,
     }
     try:
         cfg = config_mod.load(overrides)
     except config_mod.ConfigError as exc:
         raise CliError(str(exc), exit_code=2) from None
     try:
-        from pg_ttl.worker.daemon import Worker
+        from pg_ttl.worker.daemon import RoleRefused, Worker
 
         worker = Worker(cfg, cli_overrides=overrides, once=args.once)
     except ImportError as exc:
@@ -86,6 +97,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return worker.run()
     except config_mod.ConfigError as exc:
         raise CliError(str(exc), exit_code=2) from None
+    except RoleRefused as exc:
+        raise CliError(str(exc), exit_code=3) from None
 
 
 def _fmt_duration(seconds: float | None) -> str:

@@ -9,6 +9,7 @@ own ``PG*`` variables (an empty DSN). TOML is read with the standard library
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import tomllib
@@ -53,6 +54,7 @@ class WorkerConfig:
     lag_refresh_interval: float = 3600.0
     lag_queries_per_second: float = 0.1
     clock_offset: float = 0.0
+    allow_superuser: bool = False
     config_path: str | None = None
 
     @property
@@ -60,9 +62,22 @@ class WorkerConfig:
         return parse_addr(self.metrics_addr) if self.metrics_addr else None
 
 
-# Scalar settings: config-file key -> (environment variable, parser).
-_FLOAT_KEYS = ("poll_interval", "min_backoff", "max_backoff", "shutdown_timeout", "heartbeat_interval",
-               "lag_refresh_interval", "lag_queries_per_second")
+# Longest accepted wait, in seconds (one year): far beyond any useful setting,
+# and well inside what select() and thread waits take without overflowing.
+MAX_SECONDS = 365 * 86400
+
+# Numeric settings: key -> (0 allowed because it turns the feature off, what the number counts).
+NUMBERS: dict[str, tuple[bool, str]] = {
+    "poll_interval": (False, "seconds"),
+    "min_backoff": (False, "seconds"),
+    "max_backoff": (False, "seconds"),
+    "shutdown_timeout": (False, "seconds"),
+    "heartbeat_interval": (False, "seconds"),
+    "lag_refresh_interval": (True, "seconds"),
+    "lag_queries_per_second": (True, "lookups per second"),
+}
+_STRINGS = ("name", "metrics_addr", "log_format", "log_level")
+_BOOLS = ("allow_superuser",)
 _ENV = {
     "name": "PGTTL_WORKER_NAME",
     "poll_interval": "PGTTL_POLL_INTERVAL",
@@ -75,6 +90,15 @@ _ENV = {
 _KNOWN_TOP = {"worker", "databases"}
 
 
+def accepted(key: str) -> str:
+    """What a numeric setting accepts, in words (error messages and docs/worker.md say the same)."""
+    zero_off, unit = NUMBERS[key]
+    if unit == "seconds":
+        low = "from 0 (off)" if zero_off else "greater than 0"
+        return f"a number of seconds {low} up to {MAX_SECONDS}"
+    return f"a number of {unit}, 0 (off) or more" if zero_off else f"a number of {unit} greater than 0"
+
+
 def parse_addr(addr: str) -> tuple[str, int]:
     """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
     host, sep, port = addr.rpartition(":")
@@ -84,29 +108,65 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _float(key: str, value: Any) -> float:
+# TOML's names for what a value is, for "must be a number, not a string".
+_TOML_KINDS = {bool: "a boolean", str: "a string", list: "an array", dict: "a table"}
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it: TOML spells booleans true/false."""
+    return ("true" if value else "false") if isinstance(value, bool) else repr(value)
+
+
+def _number(key: str, value: Any, where: str, typed: bool) -> float:
+    """``value`` as the number ``key`` accepts. ``typed``: it comes from TOML, where a number is written
+    without quotes, so a string or a boolean is a mistake, not a number to convert."""
+    if isinstance(value, bool) or (typed and not isinstance(value, int | float)):
+        kind = _TOML_KINDS.get(type(value), type(value).__name__)
+        raise ConfigError(f"{where} must be {accepted(key)} (a number without quotes), not {kind}: {_show(value)}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number of seconds, not {value!r}") from None
-    if number <= 0 and key != "lag_refresh_interval" and key != "lag_queries_per_second":
-        raise ConfigError(f"{key} must be > 0, not {value!r}")
-    if number < 0:
-        raise ConfigError(f"{key} must be >= 0 (0 turns it off), not {value!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where} must be {accepted(key)}, not {_show(value)}") from None
+    zero_off, unit = NUMBERS[key]
+    too_big = unit == "seconds" and number > MAX_SECONDS
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_off) or too_big:
+        raise ConfigError(f"{where} must be {accepted(key)}, not {_show(value)}")
     return number
 
 
+def _string(key: str, value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string (in quotes), not {_show(value)}")
+    return value
+
+
+def _bool(key: str, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false (without quotes), not {_show(value)}")
+    return value
+
+
+def _check_string(key: str, value: str, where: str) -> None:
+    """The string settings whose values are a closed set or have a shape."""
+    if key == "log_format" and value not in FORMATS:
+        raise ConfigError(f"{where} must be one of {', '.join(FORMATS)}, not {value!r}")
+    if key == "log_level":
+        try:
+            parse_level(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be debug, info, warning or error, not {value!r}") from None
+    if key == "metrics_addr" and value:
+        try:
+            parse_addr(value)
+        except ConfigError:
+            raise ConfigError(f"{where} must be host:port (e.g. 127.0.0.1:9187), not {value!r}") from None
+
+
 def _check(cfg: WorkerConfig) -> None:
-    if cfg.log_format not in FORMATS:
-        raise ConfigError(f"log_format must be one of {', '.join(FORMATS)}, not {cfg.log_format!r}")
-    try:
-        parse_level(cfg.log_level)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if cfg.metrics_addr:
-        parse_addr(cfg.metrics_addr)
     if cfg.min_backoff > cfg.max_backoff:
-        raise ConfigError(f"min_backoff ({cfg.min_backoff}) must not exceed max_backoff ({cfg.max_backoff})")
+        where = f"config file {cfg.config_path}: " if cfg.config_path else ""
+        raise ConfigError(f"{where}min_backoff ({cfg.min_backoff:g}) must not exceed max_backoff "
+                          f"({cfg.max_backoff:g})")
     for db in cfg.databases:
         try:
             psycopg.conninfo.conninfo_to_dict(db.dsn)
@@ -129,19 +189,25 @@ def database_name(dsn: str, environ: Mapping[str, str]) -> str:
     return db
 
 
-def _databases_from_file(raw: Any, environ: Mapping[str, str]) -> list[DatabaseConfig]:
+def _databases_from_file(raw: Any, environ: Mapping[str, str], path: str) -> list[DatabaseConfig]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise ConfigError("[[databases]] must be a list of tables with a dsn (and an optional name)")
+        raise ConfigError(f"config file {path}: [[databases]] must be a list of tables with a dsn "
+                          "(and an optional name)")
     out = []
     for i, entry in enumerate(raw, 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("dsn"), str):
-            raise ConfigError(f"databases entry {i} needs dsn = \"postgresql://...\"")
+            raise ConfigError(f"config file {path}: databases entry {i} needs dsn = \"postgresql://...\"")
         unknown = set(entry) - {"dsn", "name"}
         if unknown:
-            raise ConfigError(f"databases entry {i}: unknown key(s) {', '.join(sorted(unknown))} (allowed: dsn, name)")
-        out.append(DatabaseConfig(entry["dsn"], str(entry.get("name") or database_name(entry["dsn"], environ))))
+            raise ConfigError(f"config file {path}: databases entry {i}: unknown key(s) "
+                              f"{', '.join(sorted(unknown))} (allowed: dsn, name)")
+        name = entry.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ConfigError(f"config file {path}: databases entry {i}: name must be a non-empty string "
+                              f"(in quotes), not {name!r}")
+        out.append(DatabaseConfig(entry["dsn"], name or database_name(entry["dsn"], environ)))
     return out
 
 
@@ -169,6 +235,10 @@ def read_file(path: str) -> dict[str, Any]:
     return data
 
 
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
 def load(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> WorkerConfig:
     """Build the configuration. ``cli`` holds flag values (None = not given), ``dsns`` a list."""
     cli = dict(cli or {})
@@ -178,15 +248,24 @@ def load(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None
     file_worker: dict[str, Any] = data.get("worker", {})
 
     cfg = WorkerConfig(config_path=path)
-    for key in ("name", *_FLOAT_KEYS, "metrics_addr", "log_format", "log_level"):
-        value = cli.get(key)
-        if value is None and key in _ENV:
-            value = env.get(_ENV[key]) or None
-        if value is None:
-            value = file_worker.get(key)
-        if value is None:
+    for key in (*_STRINGS, *NUMBERS, *_BOOLS):
+        # Where the value comes from names it in errors: the flag, the variable, or the file and key.
+        typed = False
+        if cli.get(key) is not None:
+            value, where = cli[key], _flag(key)
+        elif key in _ENV and env.get(_ENV[key]):
+            value, where = env[_ENV[key]], _ENV[key]
+        elif key in file_worker:
+            value, where, typed = file_worker[key], f"config file {path}: [worker] {key}", True
+        else:
             continue
-        setattr(cfg, key, _float(key, value) if key in _FLOAT_KEYS else str(value))
+        if key in NUMBERS:
+            setattr(cfg, key, _number(key, value, where, typed))
+        elif key in _BOOLS:
+            setattr(cfg, key, _bool(key, value, where))
+        else:
+            setattr(cfg, key, _string(key, value, where))
+            _check_string(key, getattr(cfg, key), where)
 
     dsns = cli.get("dsns") or []
     if dsns:
@@ -195,7 +274,7 @@ def load(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None
         if len({d.name for d in cfg.databases}) < len(cfg.databases):
             cfg.databases = [DatabaseConfig(d.dsn, f"{d.name}#{i}") for i, d in enumerate(cfg.databases, 1)]
     else:
-        cfg.databases = _databases_from_file(data.get("databases"), env)
+        cfg.databases = _databases_from_file(data.get("databases"), env, str(path))
     if not cfg.databases:
         dsn = env.get(ENV_DSN, "")
         cfg.databases = [DatabaseConfig(dsn, database_name(dsn, env))]
@@ -206,7 +285,9 @@ def load(cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None
         try:
             cfg.clock_offset = float(offset)
         except ValueError:
-            raise ConfigError(f"{ENV_CLOCK_OFFSET} must be a number of seconds, not {offset!r}") from None
+            cfg.clock_offset = math.nan
+        if not math.isfinite(cfg.clock_offset):
+            raise ConfigError(f"{ENV_CLOCK_OFFSET} must be a number of seconds, not {offset!r}")
     _check(cfg)
     return cfg
 

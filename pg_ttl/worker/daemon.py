@@ -8,7 +8,9 @@ or lag measurement. An idle worker therefore costs about one query per poll
 interval per database, whatever the number of tables.
 
 Losing the server ends the session; the loop reconnects with capped
-exponential backoff (with jitter, so many workers do not stampede). On a
+exponential backoff (with jitter, so many workers do not stampede). Any other
+error (a lock, a timeout, a permission, bad data) is one table's failure: it
+is logged and counted, and the loop goes on to the next table. On a
 standby the loop only waits and logs: it never starts a run. SIGTERM/SIGINT
 stop claiming new work; the engine finishes its current batch and commits;
 the process exits 0 (1 if a run outlived ``shutdown_timeout``). SIGHUP re-reads
@@ -33,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from pg_ttl import __version__
 from pg_ttl.worker import config as config_mod
@@ -45,12 +48,19 @@ from pg_ttl.worker.sdnotify import SystemdNotifier, watchdog_interval
 
 CHANNEL = "pg_ttl"
 
-# One round trip per poll: standby state, the minimum interval, and every
-# policy with the tick of its latest run (any worker's). A schedule row older
-# than the policy itself belongs to an earlier policy of the same table.
-CATALOG_QUERY = """
+# One round trip per poll: standby state, the minimum interval in seconds, and
+# every policy with the tick of its latest run (any worker's). A schedule row
+# older than the policy itself belongs to an earlier policy of the same table.
+# PostgreSQL reads the interval (as ttl.enable's check does), so '2 weeks',
+# '1 mon' or 'P1D' mean here what they mean there; no setting means no minimum.
+MIN_INTERVAL_SECONDS = sql.SQL(
+    "coalesce((SELECT extract(epoch FROM s.value::interval)::float8 FROM ttl.settings s "
+    "WHERE s.name = 'min_job_interval'), 0)")
+# Used while the setting is not a valid interval (the rest of the poll must still work).
+DEFAULT_MIN_INTERVAL = timedelta(minutes=15)
+CATALOG_QUERY = sql.SQL("""
 SELECT pg_catalog.pg_is_in_recovery(),
-       (SELECT value FROM ttl.settings WHERE name = 'min_job_interval'),
+       {min_interval},
        coalesce((SELECT json_agg(json_build_object(
                    'relid', p.relid,
                    'table', p.table_name,
@@ -72,7 +82,7 @@ SELECT pg_catalog.pg_is_in_recovery(),
                                 AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                                                    WHERE d.datname = pg_catalog.current_database())) r
                          ON r.relid = p.relid), '[]')
-"""
+""")
 IS_INSTALLED = "SELECT pg_catalog.to_regclass('ttl.worker_schedule') IS NOT NULL AND " \
                "pg_catalog.to_regclass('ttl.run') IS NOT NULL"
 PRUNE_SCHEDULE = "DELETE FROM ttl.worker_schedule s " \
@@ -81,6 +91,25 @@ BEGIN_RUN = "SELECT verdict, round_started FROM ttl.worker_begin_run(%s, %s, %s)
 END_RUN = "SELECT ttl.worker_end_run(%s, %s, %s)"
 VALUES_NULLED = "SELECT coalesce(sum(values_nulled), 0) FROM ttl.run_unit WHERE run_id = %s"
 HEARTBEAT = "SELECT ttl.worker_heartbeat(%s, %s, %s, %s, %s, %s)"
+UNLOCK_RUN = "SELECT pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(%s))"
+NOT_OWNER = "SELECT c.relowner::regrole::text, current_user FROM pg_catalog.pg_class c " \
+            "WHERE c.oid = %s AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER')"
+# The first role this session is, or can act as, that is a superuser or has
+# BYPASSRLS: its own (current_user, or session_user if it differs) first.
+# pg_has_role(..., 'MEMBER') is true where SET ROLE would work.
+PRIVILEGED_ROLE = """
+SELECT r.rolname, r.rolsuper, r.rolname IN (current_user, session_user) AS own, current_user
+  FROM pg_catalog.pg_roles r
+ WHERE (r.rolsuper OR r.rolbypassrls)
+   AND (r.rolname IN (current_user, session_user)
+        OR pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+        OR pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
+ ORDER BY own DESC, r.rolsuper DESC, r.rolname
+ LIMIT 1
+"""
+# SQLSTATEs (besides class 08, connection exception) after which the server
+# has ended or refuses the session: admin_shutdown, crash_shutdown, cannot_connect_now.
+SESSION_ENDED = frozenset({"57P01", "57P02", "57P03"})
 
 Engine = Callable[..., Sequence[Any]]
 OldestExpired = Callable[[psycopg.Connection[Any], int], datetime | None]
@@ -88,6 +117,28 @@ OldestExpired = Callable[[psycopg.Connection[Any], int], datetime | None]
 
 class NotInstalled(Exception):
     """The database has no (or an older) pg_ttl schema: wait and retry, like a lost connection."""
+
+
+class RoleRefused(Exception):
+    """The worker connected as (or can act as) a superuser or BYPASSRLS role and was not allowed to."""
+
+
+def connection_lost(exc: BaseException, conn: psycopg.Connection[Any] | None = None) -> bool:
+    """True when ``exc`` means the session is gone and must be opened again; False when it is one
+    statement's failure (a lock or statement timeout, a permission, a missing object, bad data) that
+    leaves the session usable. psycopg files many of the latter under OperationalError, so the class
+    alone cannot tell."""
+    if conn is not None and conn.broken:
+        return True
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        # No SQLSTATE: libpq's own error (connection refused, closed, reset), not the server's answer.
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in SESSION_ENDED
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -102,30 +153,6 @@ def load_engine() -> tuple[Engine, OldestExpired]:
     return expire, oldest_expired
 
 
-def parse_interval(text: str | None) -> timedelta:
-    """ttl.settings' min_job_interval ('15 minutes', '1 hour', '900 s', '00:15:00'); 15 minutes if unreadable."""
-    if not text:
-        return timedelta(minutes=15)
-    value = text.strip().lower()
-    if value.count(":") == 2:
-        h, m, s = value.split(":")
-        try:
-            return timedelta(hours=int(h), minutes=int(m), seconds=float(s))
-        except ValueError:
-            return timedelta(minutes=15)
-    units = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60,
-             "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
-             "days": 86400}
-    parts = value.split()
-    total = 0.0
-    try:
-        for number, unit in zip(parts[::2], parts[1::2], strict=True):
-            total += float(number) * units[unit]
-    except (ValueError, KeyError):
-        return timedelta(minutes=15)
-    return timedelta(seconds=total)
-
-
 @dataclass
 class Shared:
     """What every database loop shares with the main thread."""
@@ -137,6 +164,7 @@ class Shared:
     engine: Engine
     oldest_expired: OldestExpired
     stop: threading.Event = field(default_factory=threading.Event)
+    wake_main: threading.Event = field(default_factory=threading.Event)  # the main thread has news to act on
     once: bool = False
 
 
@@ -183,6 +211,9 @@ class DatabaseLoop(threading.Thread):
         self.last_activity = time.monotonic()
         self.next_wake_at: datetime | None = None
         self.exit_error: BaseException | None = None
+        self.failed_runs = 0  # runs that failed (the loop went on to the next table)
+        self._interval_error: str | None = None  # the min_job_interval problem last logged
+        self._heartbeat_error: str | None = None  # the heartbeat problem last logged
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
         self._next_lag = 0.0
@@ -213,28 +244,30 @@ class DatabaseLoop(threading.Thread):
                     self._connected = False
                     if self._session():
                         return
-                except (psycopg.OperationalError, psycopg.InterfaceError, NotInstalled) as exc:
+                except RoleRefused as exc:
+                    # Not a passing condition: retrying would only repeat it. Stop the whole worker.
+                    self.exit_error = exc
+                    self.shared.stop.set()
+                    self.shared.wake_main.set()
+                    return
+                except Exception as exc:
                     metrics.up.labels(self.db.name).set(0)
                     if self.stop_requested():
                         return
+                    lost = isinstance(exc, NotInstalled) or connection_lost(exc)
                     # A session that got going resets the backoff; repeated failures double it.
-                    attempt = 1 if self._connected else attempt + 1
+                    attempt = 1 if self._connected and lost else attempt + 1
                     self.state = "reconnecting"
                     delay = backoff_delay(attempt, self.shared.config.min_backoff, self.shared.config.max_backoff)
-                    metrics.reconnects.labels(self.db.name).inc()
-                    self._log(logging.WARNING, "database unavailable", error=_one_line(exc), attempt=attempt,
-                              retry_in=delay)
-                    if self.shared.once:
-                        self.exit_error = exc
-                        return
-                    self._sleep(delay)
-                except Exception as exc:  # a bug or an unexpected server answer: log, back off, go on
-                    metrics.up.labels(self.db.name).set(0)
-                    attempt += 1
-                    self.state = "reconnecting"
-                    delay = backoff_delay(attempt, self.shared.config.min_backoff, self.shared.config.max_backoff)
-                    self.shared.logger.exception("worker loop error", extra={"fields": {
-                        "db": self.db.name, "error": _one_line(exc), "retry_in": round(delay, 3)}})
+                    if lost:
+                        metrics.reconnects.labels(self.db.name).inc()
+                        self._log(logging.WARNING, "database unavailable", error=_one_line(exc), attempt=attempt,
+                                  retry_in=delay)
+                    elif isinstance(exc, psycopg.Error):  # the server refused something outside a run
+                        self._log(logging.ERROR, "worker loop error", error=_one_line(exc), retry_in=delay)
+                    else:  # a bug or an unexpected answer: keep the traceback
+                        self.shared.logger.exception("worker loop error", extra={"fields": {
+                            "db": self.db.name, "error": _one_line(exc), "retry_in": round(delay, 3)}})
                     if self.shared.once:
                         self.exit_error = exc
                         return
@@ -275,6 +308,7 @@ class DatabaseLoop(threading.Thread):
         with psycopg.connect(self.db.dsn, autocommit=True, application_name="pg-ttl worker",
                              connect_timeout=10) as conn:
             self.conn = conn
+            self._check_role(conn)
             row = conn.execute(IS_INSTALLED).fetchone()
             if not row or not row[0]:
                 raise NotInstalled("pg_ttl (with its worker and engine tables) is not installed in this database; "
@@ -332,17 +366,53 @@ class DatabaseLoop(threading.Thread):
             self._heartbeat(conn, "stopped")
             return True
 
-    def _load_catalog(self, conn: psycopg.Connection[Any]) -> None:
-        row = conn.execute(CATALOG_QUERY).fetchone()
+    def _check_role(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a superuser or BYPASSRLS role unless allow_superuser: with those rights the engine
+        would run table owners' code unchecked, and row security would not guard the run history."""
+        row = conn.execute(PRIVILEGED_ROLE).fetchone()
+        if row is None:
+            return
+        role, superuser, own, current = row
+        kind = "a superuser" if superuser else "a role with BYPASSRLS"
+        what = (f'connected as role "{role}", {kind}' if own
+                else f'role "{current}" is a member of "{role}", {kind}, and can act as it')
+        if self.shared.config.allow_superuser:
+            self._log(logging.WARNING, "running with superuser or BYPASSRLS rights (allow_superuser is set)",
+                      role=role)
+            return
+        raise RoleRefused(
+            f"database {self.db.name}: {what}; refusing to run: the engine would run table owners' code "
+            "(triggers, defaults, expressions) with those rights and row security would not guard the run "
+            "history. Connect as a dedicated role (LOGIN NOSUPERUSER NOBYPASSRLS, a member of each TTL "
+            "table's owner role; see docs/worker.md), or pass --allow-superuser "
+            "(allow_superuser = true in the config file) to run anyway")
+
+    def _read_catalog(self, conn: psycopg.Connection[Any]) -> tuple[Any, timedelta, Any]:
+        try:
+            row = conn.execute(CATALOG_QUERY.format(min_interval=MIN_INTERVAL_SECONDS)).fetchone()
+            self._interval_error = None
+        except psycopg.errors.DataError as exc:  # the setting is not an interval PostgreSQL can read
+            if connection_lost(exc, conn):
+                raise
+            if self._interval_error != _one_line(exc):
+                self._interval_error = _one_line(exc)
+                self._log(logging.ERROR, "setting min_job_interval is not a valid interval; using the default",
+                          error=self._interval_error, default=DEFAULT_MIN_INTERVAL.total_seconds())
+            row = conn.execute(CATALOG_QUERY.format(min_interval=sql.NULL)).fetchone()
         assert row is not None
-        in_recovery, min_interval, policies = row
+        in_recovery, seconds, policies = row
+        interval = DEFAULT_MIN_INTERVAL if seconds is None else timedelta(seconds=float(seconds))
+        return in_recovery, interval, policies
+
+    def _load_catalog(self, conn: psycopg.Connection[Any]) -> None:
+        in_recovery, min_interval, policies = self._read_catalog(conn)
         if bool(in_recovery) != self.standby:
             self.standby = bool(in_recovery)
             self.shared.metrics.standby.labels(self.db.name).set(1 if self.standby else 0)
             self._log(logging.WARNING if self.standby else logging.INFO,
                       "database is a standby: waiting, nothing will be deleted" if self.standby
                       else "database is a primary: running policies")
-        self.scheduler.min_interval = parse_interval(min_interval)
+        self.scheduler.min_interval = min_interval
         entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
                          cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
                          partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
@@ -371,13 +441,32 @@ class DatabaseLoop(threading.Thread):
     def _heartbeat(self, conn: psycopg.Connection[Any], state: str) -> None:
         if self.standby:
             return
-        conn.execute(HEARTBEAT, (self.shared.config.name, socket.gethostname(), os.getpid(), __version__, state,
-                                 len(self.scheduler.entries)))
+        try:
+            conn.execute(HEARTBEAT, (self.shared.config.name, socket.gethostname(), os.getpid(), __version__,
+                                     state, len(self.scheduler.entries)))
+        except psycopg.Error as exc:
+            # The heartbeat only informs `pg-ttl status`: a refused one must not stop the expiry.
+            if connection_lost(exc, conn):
+                raise
+            if self._heartbeat_error != _one_line(exc):
+                self._heartbeat_error = _one_line(exc)
+                self._log(logging.WARNING, "heartbeat not recorded", error=self._heartbeat_error)
+            return
+        self._heartbeat_error = None
 
     # -- one run --------------------------------------------------------------------
     def _run_table(self, conn: psycopg.Connection[Any], entry: Entry, tick: datetime) -> None:
+        """One run of one table. Only a lost connection escapes (the session ends and reconnects);
+        any other error fails this table's run, and the loop goes on to the next table."""
         cfg = self.shared.config
-        row = conn.execute(BEGIN_RUN, (entry.relid, tick, cfg.name)).fetchone()
+        try:
+            row = conn.execute(BEGIN_RUN, (entry.relid, tick, cfg.name)).fetchone()
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                raise
+            entry.skipped_due = tick  # not again before the next tick: the same error would repeat at once
+            self._run_failed(entry, exc, 0.0, self._membership_hint(conn, entry, exc))
+            return
         verdict = str(row[0]) if row else "done"
         round_started = row[1] if row else None
         entry.skipped_due = tick  # decided: this worker does not come back to this tick
@@ -405,22 +494,23 @@ class DatabaseLoop(threading.Thread):
                 nulled = self._values_nulled(conn, getattr(result, "run_id", None))
                 self.shared.metrics.record_run(self.db.name, _Labelled(result, entry.table, nulled))
                 statuses.append(str(result.status))
+                error = getattr(result, "error", None)
                 self._log(logging.INFO if result.status in ("ok", "paused", "busy") else logging.WARNING,
                           "run finished", table=entry.table, run_id=getattr(result, "run_id", None),
                           status=result.status, rows_selected=result.rows_selected, rows=result.rows_deleted,
                           partitions_dropped=result.partitions_dropped,
                           partitions_detached=result.partitions_detached, values_nulled=nulled,
-                          duration=result.duration)
+                          duration=result.duration, **({"error": error} if error else {}))
             status = statuses[0] if len(statuses) == 1 else ("ok" if not statuses else ",".join(statuses))
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            duration = time.monotonic() - started
-            self.shared.metrics.record_failure(self.db.name, entry.table, duration)
-            self._log(logging.ERROR, "run failed", table=entry.table, error=_one_line(exc), duration=duration)
-            raise  # the server is likely gone: the session ends and reconnects
+            if "failed" in statuses:
+                self.failed_runs += 1
         except Exception as exc:
-            duration = time.monotonic() - started
-            self.shared.metrics.record_failure(self.db.name, entry.table, duration)
-            self._log(logging.ERROR, "run failed", table=entry.table, error=_one_line(exc), duration=duration)
+            if connection_lost(exc, conn):
+                duration = time.monotonic() - started
+                self.shared.metrics.record_failure(self.db.name, entry.table, duration)
+                self._log(logging.ERROR, "run failed", table=entry.table, error=_one_line(exc), duration=duration)
+                raise  # the run lock goes with the session; the round is resumed after reconnecting
+            self._run_failed(entry, exc, time.monotonic() - started)
         finally:
             entry.running = False
             self.current = None
@@ -429,8 +519,37 @@ class DatabaseLoop(threading.Thread):
             status = "interrupted"  # stopped mid-run: the round stays open and is resumed
         entry.interrupted = status == "interrupted"
         entry.running_elsewhere = False
-        conn.execute(END_RUN, (entry.relid, tick, status[:40]))
+        self._end_run(conn, entry, tick, status)
         self._measure_lag(conn, entry)
+
+    def _run_failed(self, entry: Entry, exc: BaseException, duration: float, hint: str = "") -> None:
+        self.failed_runs += 1
+        self.shared.metrics.record_failure(self.db.name, entry.table, duration)
+        self._log(logging.ERROR, "run failed", table=entry.table, error=_one_line(exc) + hint, duration=duration)
+
+    def _membership_hint(self, conn: psycopg.Connection[Any], entry: Entry, exc: BaseException) -> str:
+        """Row security refuses to record the run of a table whose owner the worker's role is not a
+        member of; say so, with the GRANT that fixes it, instead of only 'violates row-level security'."""
+        if not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return ""
+        row = conn.execute(NOT_OWNER, (entry.relid,)).fetchone()
+        if row is None:
+            return ""
+        owner, role = row
+        return (f" (role {role} is not a member of {owner}, the owner of table {entry.table}: "
+                f"GRANT {owner} TO {role}; see docs/worker.md)")
+
+    def _end_run(self, conn: psycopg.Connection[Any], entry: Entry, tick: datetime, status: str) -> None:
+        try:
+            conn.execute(END_RUN, (entry.relid, tick, status[:40]))
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                raise
+            # The outcome is not recorded, but the run lock must go, or every worker would
+            # take this table for running until this session ends.
+            self._log(logging.ERROR, "run outcome not recorded", table=entry.table, status=status,
+                      error=_one_line(exc))
+            conn.execute(UNLOCK_RUN, (entry.relid,))
 
     def _values_nulled(self, conn: psycopg.Connection[Any], run_id: int | None) -> int:
         """Column values the run nulled (kept in the run history only, not in the engine's result)."""
@@ -447,9 +566,10 @@ class DatabaseLoop(threading.Thread):
         entry.lag_checked = time.monotonic()
         try:
             oldest = self.shared.oldest_expired(conn, entry.relid)
-        except (psycopg.OperationalError, psycopg.InterfaceError):
-            raise
-        except Exception as exc:  # e.g. the table went away meanwhile; the next poll drops it
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                raise
+            # The table is locked, went away meanwhile (the next poll drops it), ...: measured next time.
             self._log(logging.DEBUG, "lag not measured", table=entry.table, error=_one_line(exc))
             return
         self.shared.metrics.lag.set(self.db.name, entry.table, oldest)
@@ -520,12 +640,12 @@ class Worker:
             loaded_engine, loaded_oldest = load_engine()
             engine = engine or loaded_engine
             oldest_expired = oldest_expired or loaded_oldest
+        self._wake = threading.Event()
         self.shared = Shared(config=config, metrics=WorkerMetrics(config.name), logger=self.logger,
                              clock=Clock(config.clock_offset), engine=engine, oldest_expired=oldest_expired,
-                             once=once)
+                             wake_main=self._wake, once=once)
         self.notifier = notifier or SystemdNotifier()
         self.loops: dict[str, DatabaseLoop] = {}
-        self._wake = threading.Event()
         self._reload_requested = False
         self._signals = 0
         self.metrics_port: int | None = None
@@ -653,6 +773,14 @@ class Worker:
             log(self.logger, logging.ERROR, "runs did not finish within shutdown_timeout; exiting anyway "
                 "(uncommitted batches roll back)", databases=",".join(stuck))
             return 1
+        refused = next((lp.exit_error for lp in self.loops.values() if isinstance(lp.exit_error, RoleRefused)),
+                       None)
+        if refused is not None:
+            raise refused
         errors = [lp for lp in self.loops.values() if lp.exit_error is not None]
-        log(self.logger, logging.INFO, "worker stopped")
-        return 2 if errors and self.shared.once else 0
+        failed = sum(lp.failed_runs for lp in self.loops.values())
+        log(self.logger, logging.INFO, "worker stopped", **({"failed_runs": failed} if failed else {}))
+        if not self.shared.once:
+            return 0
+        # --once: 2 when a database could not be served, 1 when some table's run failed (the others ran).
+        return 2 if errors else 1 if failed else 0

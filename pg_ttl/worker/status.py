@@ -8,7 +8,7 @@ probe per partition when the TTL column is indexed).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -23,7 +23,9 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused,
        ttl.worker_running(p.relid) AS running_workers,
        r.run_id, r.status, r.worker, r.started_at, r.finished_at, r.rows_selected, r.rows_deleted,
        r.partitions_dropped, r.partitions_detached, r.error,
-       (SELECT value FROM ttl.settings WHERE name = 'min_job_interval') AS min_interval
+       -- read by PostgreSQL, as the worker and ttl.enable read it; no setting: no minimum
+       coalesce((SELECT extract(epoch FROM s.value::interval)::float8 FROM ttl.settings s
+                  WHERE s.name = 'min_job_interval'), 0) AS min_interval_s
   FROM ttl.worker_tables p
   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
   LEFT JOIN LATERAL (SELECT * FROM ttl.run r WHERE r.relid = p.relid AND r.status <> 'busy'
@@ -120,7 +122,6 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
             estimates: bool = True) -> Status:
     """The status of every TTL table (or one); ``conn`` is autocommit."""
     from pg_ttl.expire import oldest_expired
-    from pg_ttl.worker.daemon import parse_interval
 
     now = now or datetime.now(UTC)
     status = Status()
@@ -128,7 +129,7 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         rows = cur.execute(TABLES, {"table": table}).fetchall()
         status.workers = cur.execute(WORKERS).fetchall()
     for r in rows:
-        sched = Scheduler(min_interval=parse_interval(r["min_interval"]))
+        sched = Scheduler(min_interval=timedelta(seconds=float(r["min_interval_s"])))
         entry = Entry(relid=int(r["relid"]), table=r["table_name"], cron=r["job_cron"],
                       override=bool(r["job_cron_override"]), paused=bool(r["paused"]), last_due=r["due_at"],
                       error=cron_error(r["job_cron"]))
