@@ -31,6 +31,8 @@ SELECT a.attname FROM ttl.column_policy cp
   JOIN pg_catalog.pg_attribute a ON a.attrelid = cp.relid AND a.attnum = cp.attnum AND NOT a.attisdropped
  WHERE cp.relid = %s ORDER BY cp.attnum
 """
+# Names travel as values and are quoted by the function: no name in the statement text,
+# where psycopg would read a '%' in it as a placeholder.
 NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s)"
 ACCOUNT = "UPDATE ttl.run_unit SET values_nulled = values_nulled + %s WHERE run_id = %s AND unit_relid = %s"
 ROW_ESTIMATE = "SELECT greatest(c.reltuples, 0)::int8 FROM pg_catalog.pg_class c WHERE c.oid = %s"

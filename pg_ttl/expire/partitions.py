@@ -5,6 +5,9 @@ connection we can issue it (pg_partman cannot, its issue 677). The server
 refuses it when the parent has a default partition: then a plain DETACH under
 lock_timeout. A CONCURRENTLY detach interrupted between its two transactions
 leaves the partition "detach pending"; units.py hands it back and we FINALIZE.
+
+Statements that name a table take no parameters: psycopg would read a '%' in a
+name as a placeholder (parameters go in statements of their own).
 """
 
 from __future__ import annotations
