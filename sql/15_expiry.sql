@@ -18,6 +18,14 @@ AS $fn$
                      WHEN 'nanoseconds' THEN 1000000000 END::numeric
 $fn$;
 
+-- Does an interval count months or years (not a fixed length: month ends clamp)?
+CREATE OR REPLACE FUNCTION ttl._has_months(after interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT extract(month FROM after) <> 0 OR extract(year FROM after) <> 0
+$fn$;
+
 -- The instant a TTL column value `term` (SQL text) stands for plus `after`, as
 -- SQL of type timestamp (UTC wall clock). Unix time is converted exactly: the
 -- whole microseconds through integer day and microsecond counts (no float8),
@@ -128,7 +136,7 @@ BEGIN
     END IF;
     col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
     typ := p.ttl_atttypid;
-    months := extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0;
+    months := ttl._has_months(p.expire_after);
     BEGIN
         -- with months (not a fixed length), widened by the longest month-end clamp
         point := cutoff - p.expire_after + CASE WHEN months THEN interval '3 days' ELSE interval '0' END;
@@ -190,8 +198,7 @@ BEGIN
         EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
                                                      format('%L::%s', upper, p.ttl_atttypid::regtype)))
            INTO latest;
-        IF (extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0)
-           AND p.ttl_atttypid <> 'date'::regtype THEN
+        IF ttl._has_months(p.expire_after) AND p.ttl_atttypid <> 'date'::regtype THEN
             latest := latest + interval '1 day';
         END IF;
     EXCEPTION WHEN data_exception THEN

@@ -15,7 +15,7 @@ and as the table's owner (the engine's session takes the owner's role).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -23,8 +23,7 @@ from psycopg import sql
 
 POLICY_QUERY = """
 SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.attname, t.typname, t.oid,
-       p.expiration_expression, p.expire_after,
-       p.expire_after::text, (extract(month FROM p.expire_after) <> 0 OR extract(year FROM p.expire_after) <> 0),
+       p.expiration_expression, p.expire_after::text,
        p.unit, p.select_batch_size, p.delete_batch_size, p.select_rate_limit, p.delete_rate_limit, p.paused,
        p.partition_action, p.detach_schema, c.relkind
   FROM ttl.policy p
@@ -47,9 +46,7 @@ class EnginePolicy:
     typname: str | None
     typid: int | None
     expression: str | None
-    expire_after: timedelta | None
     expire_after_text: str | None
-    has_months: bool
     unit: str | None
     select_batch_size: int
     delete_batch_size: int
