@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -157,6 +157,38 @@ def test_expression_monotone_in_the_partition_key_drops_whole_partitions(
     assert {u.unit for u in res.units if u.action == "drop"} == dropped
     assert db.execute(f"SELECT count(*) FROM ev WHERE ({expression}) <= %s", (C,)).fetchone() == (0,)
     assert res.rows_deleted + 10 * len(dropped) == expired[0]
+
+
+@pytest.mark.parametrize(("expression", "day"), [
+    ("ts + interval '1 month'", "2024-03-30"),                     # Mar 31 + 1 month clamps to Apr 30
+    ("ts + '1 year'::interval - interval '1 hour'", "2024-02-28"),  # Feb 29 + 1 year clamps to Feb 28
+])
+def test_month_arithmetic_never_drops_a_partition_holding_a_live_row(
+        db: psycopg.Connection[Any], dsn: str, expression: str, day: str) -> None:
+    """Months clamp at month ends: Mar 30 23:00 + 1 month (Apr 30 23:00) is later than the
+    bound Mar 31 00:00 + 1 month (Apr 30 00:00). A partition is dropped only once its
+    last possible row has expired."""
+    db.execute("CREATE TABLE ev (id int, ts timestamptz) PARTITION BY RANGE (ts)")
+    db.execute("SELECT set_config('TimeZone', 'UTC', false)")
+    db.execute(f"CREATE TABLE ev_day PARTITION OF ev FOR VALUES FROM ('{day}') TO (date '{day}' + 1)")
+    db.execute(f"CREATE TABLE ev_before PARTITION OF ev FOR VALUES FROM (date '{day}' - 1) TO ('{day}')")
+    db.execute(f"INSERT INTO ev VALUES (1, '{day} 01:00'), (2, '{day} 23:00'), (3, date '{day}' - 1)")
+    db.execute("SELECT ttl.enable('ev', expiration_expression => %s)", (expression,))
+    db.commit()
+    at_bound = db.execute(f"SELECT ({expression}) FROM (SELECT (date '{day}' + 1)::timestamptz AS ts) t").fetchone()
+    live = db.execute(f"SELECT ({expression}) FROM ev WHERE id = 2").fetchone()
+    assert at_bound and live and live[0] > at_bound[0]
+    cutoff = at_bound[0] + (live[0] - at_bound[0]) / 2  # the bound has expired, row 2 has not
+    db.commit()
+    [res] = expire(dsn, cutoff=cutoff)
+    assert res.status == "ok", res
+    assert {u.unit: u.action for u in res.units}["ev_day"] == "delete"
+    assert [r[0] for r in db.execute("SELECT id FROM ev ORDER BY id").fetchall()] == [2]
+    # a day after the bound's own expiry the partition goes whole
+    db.commit()
+    [res] = expire(dsn, cutoff=at_bound[0] + timedelta(days=1))
+    assert {u.unit: u.action for u in res.units}["ev_day"] == "drop"
+    assert db.execute("SELECT count(*) FROM ev").fetchone() == (0,)
 
 
 def test_monotone_column_forms() -> None:

@@ -120,6 +120,36 @@ def test_call_run_and_plan_run_owner_code_as_the_owner(db: psycopg.Connection[An
     assert not _is_superuser(db, "alice")
 
 
+def test_status_estimates_run_owner_code_as_the_owner(db: psycopg.Connection[Any],
+                                                     roles: dict[str, psycopg.Connection[Any]]) -> None:
+    """`pg-ttl worker status` plans the expression for its backlog estimate; planning runs
+    immutable functions of constants, so that too runs as the owner."""
+    from pg_ttl.worker.status import collect
+
+    alice = roles["alice"]
+    alice.execute("""
+        CREATE FUNCTION public.log_grace() RETURNS void LANGUAGE sql VOLATILE
+        AS $$ INSERT INTO public.ran VALUES (current_user, 'grace') $$""")
+    alice.execute("""
+        CREATE FUNCTION public.grace(days int) RETURNS interval LANGUAGE plpgsql IMMUTABLE AS $$
+        BEGIN PERFORM public.log_grace(); RETURN days * interval '1 day'; END $$""")
+    alice.execute("CREATE TABLE public.items (id int PRIMARY KEY, expire_at timestamptz)")
+    alice.execute("INSERT INTO public.items SELECT g, '2020-01-01' FROM generate_series(1, 50) g")
+    alice.execute("ANALYZE public.items")
+    alice.execute("SELECT ttl.enable('items', expiration_expression => 'expire_at + public.grace(1)')")
+    db.execute("DELETE FROM public.ran")
+    [table] = collect(db, "items").tables
+    assert table.backlog and table.oldest_expired is not None
+    ran = _ran(db)
+    assert ran and {who for who, _ in ran} == {"alice"}
+    assert db.execute("SELECT current_user").fetchone() == (db.info.user,)
+    # a role that cannot act as the owner gets no estimate, and runs none of the owner's code
+    db.execute("DELETE FROM public.ran")
+    [other] = collect(roles["bob"], "items").tables
+    assert other.backlog is None and other.oldest_expired is None
+    assert _ran(db) == []
+
+
 def test_user_operator_in_the_tables_schema_is_never_used(db: psycopg.Connection[Any], dsn: str,
                                                           roles: dict[str, psycopg.Connection[Any]]) -> None:
     """mallory may create objects in alice's schema: her <= on timestamptz must not run."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -86,6 +87,7 @@ def upper_bound(bound: str | None) -> str | None:
 class RangeKey:
     column: str
     type: sql.Identifier
+    typname: str  # the type's name in pg_catalog, e.g. 'date'
 
 
 def _range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
@@ -93,7 +95,7 @@ def _range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
     row = conn.execute(PARTITION_KEY, (relid,)).fetchone()
     if row is None or row[0] != "r" or row[1] != 1 or row[2] is None:
         return None
-    return RangeKey(str(row[2]), sql.Identifier(str(row[3]), str(row[4])))
+    return RangeKey(str(row[2]), sql.Identifier(str(row[3]), str(row[4])), str(row[4]))
 
 
 def monotone_column(expression: str) -> str | None:
@@ -101,6 +103,12 @@ def monotone_column(expression: str) -> str | None:
     form: the (unqualified) column, ``col + c``, ``c + col`` or ``col - c`` with ``c`` a
     constant (literals and operators only: no column, function or subquery), or a
     cast of such a term to date, timestamp or timestamptz. Else None."""
+    found = _monotone(expression)
+    return found[0] if found else None
+
+
+def _monotone(expression: str) -> tuple[str, list[str]] | None:
+    """(column, the constants added to or subtracted from it, as SQL text)."""
     # pglast is imported here: loading its parser would slow every command's start-up.
     from pglast import parse_sql
     from pglast.parser import ParseError
@@ -109,16 +117,19 @@ def monotone_column(expression: str) -> str | None:
         statements: Any = parse_sql(f"SELECT {expression}")
         if len(statements) != 1 or len(statements[0].stmt.targetList) != 1:
             return None
-        return _grows_with(statements[0].stmt.targetList[0].val)
+        terms: list[str] = []
+        column = _grows_with(statements[0].stmt.targetList[0].val, terms)
+        return (column, terms) if column is not None else None
     except (ParseError, AttributeError, IndexError, TypeError):
         return None
 
 
 # pglast's node attributes are all Optional; these walk them as Any and let a
 # missing piece raise (caught above: not provably monotone).
-def _grows_with(node: Any) -> str | None:
+def _grows_with(node: Any, terms: list[str]) -> str | None:
     from pglast import ast
     from pglast.enums.parsenodes import A_Expr_Kind
+    from pglast.stream import RawStream
 
     n: Any = node
     if isinstance(node, ast.ColumnRef):  # unqualified only: evaluated below over a stand-in row
@@ -126,13 +137,15 @@ def _grows_with(node: Any) -> str | None:
     if isinstance(node, ast.TypeCast):
         name = n.typeName.names[-1]
         ok = isinstance(name, ast.String) and name.sval in _TIME_TYPES and not n.typeName.arrayBounds
-        return _grows_with(n.arg) if ok else None
+        return _grows_with(n.arg, terms) if ok else None
     if isinstance(node, ast.A_Expr) and n.kind == A_Expr_Kind.AEXPR_OP and len(n.name) == 1:
         op = n.name[0].sval
         if op in ("+", "-") and n.lexpr is not None and _constant(n.rexpr):
-            return _grows_with(n.lexpr)
+            terms.append(RawStream()(n.rexpr))
+            return _grows_with(n.lexpr, terms)
         if op == "+" and n.lexpr is not None and _constant(n.lexpr):
-            return _grows_with(n.rexpr)
+            terms.append(RawStream()(n.lexpr))
+            return _grows_with(n.rexpr, terms)
     return None
 
 
@@ -156,10 +169,16 @@ def bound_expired(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Pre
     if policy.expression is None:
         row = conn.execute("SELECT ttl.partition_expired(%s, %s, %s)", (policy.relid, pred.cutoff, upper)).fetchone()
         return bool(row and row[0])
+    # Month arithmetic clamps at month ends, so on a time of day the expression is
+    # not monotone within the last day below the bound (Mar 30 23:00 + 1 month is
+    # later than Mar 31 00:00 + 1 month): the bound must then have expired a day ago.
+    cutoff = pred.cutoff
+    if key.typname != "date" and _adds_months(conn, policy.expression):
+        cutoff -= timedelta(days=1)
     # The expression at the bound, evaluated over a one-row stand-in for the table
     # (as the table's owner, with pg_catalog first: the engine's session rules).
     query = sql.SQL("SELECT ({}) OPERATOR(pg_catalog.<=) {} FROM (SELECT CAST({} AS {}) AS {}) AS t").format(
-        sql.SQL(policy.expression), sql.Literal(pred.cutoff), sql.Literal(upper), key.type,
+        sql.SQL(policy.expression), sql.Literal(cutoff), sql.Literal(upper), key.type,
         sql.Identifier(key.column))
     try:
         with conn.transaction():  # a savepoint inside plan()'s transaction
@@ -167,6 +186,21 @@ def bound_expired(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Pre
     except (psycopg.errors.DataError, psycopg.errors.ProgrammingError):
         return False  # the expression fails at the bound (e.g. out of range): not provably expired
     return bool(row and row[0])
+
+
+def _adds_months(conn: psycopg.Connection[Any], expression: str) -> bool:
+    """Does a constant the monotone expression adds have a month or year part?"""
+    found = _monotone(expression)
+    for term in found[1] if found else []:
+        try:
+            with conn.transaction():
+                row = conn.execute(sql.SQL("SELECT ttl._has_months(CAST(({}) AS pg_catalog.interval))").format(
+                    sql.SQL(term))).fetchone()
+        except (psycopg.errors.DataError, psycopg.errors.ProgrammingError):
+            continue  # not an interval (a number of days added to a date): no months
+        if row and row[0]:
+            return True
+    return False
 
 
 def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> list[Unit]:

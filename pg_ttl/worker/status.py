@@ -89,6 +89,7 @@ class Status:
 
 def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
     """Expired rows still present, as the planner estimates them (None when it cannot say)."""
+    from pg_ttl.expire import owner
     from pg_ttl.expire.predicate import build_predicate, load_policies
     from pg_ttl.expire.units import list_units
 
@@ -101,6 +102,8 @@ def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
                 return None
             policy = policies[0]
             pred = build_predicate(conn, policy, row[0])
+            # Planning folds immutable functions of constants: the owner's expression is planned as the owner.
+            owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
             total = 0
             for unit in list_units(conn, policy, pred):
@@ -114,14 +117,14 @@ def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
                 if plan:
                     total += int(plan[0][0]["Plan"]["Plan Rows"])
             return total
-    except psycopg.Error:
+    except (psycopg.Error, owner.NotOwner):
         return None
 
 
 def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: datetime | None = None,
             estimates: bool = True) -> Status:
     """The status of every TTL table (or one); ``conn`` is autocommit."""
-    from pg_ttl.expire import oldest_expired
+    from pg_ttl.expire import oldest_expired, owner
 
     now = now or datetime.now(UTC)
     status = Status()
@@ -152,8 +155,8 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
                 if oldest is not None and oldest.tzinfo is None:
                     oldest = oldest.replace(tzinfo=UTC)
                 lag = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
-            except psycopg.Error:
-                pass
+            except (psycopg.Error, owner.NotOwner):
+                pass  # the caller may not act as the table's owner: no estimate, none of its code
             # Nothing expired means no backlog, whatever stale planner statistics would say.
             backlog = 0 if oldest is None and lag is not None else backlog_estimate(conn, entry.relid)
             if backlog is not None and oldest is not None:
