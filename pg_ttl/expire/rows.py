@@ -401,7 +401,8 @@ def _ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
     """
     policy = ctx.policy
     row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-    assert row is not None
+    if row is None:  # dropped since the unit was listed: the engine records it skipped
+        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
     nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
     per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
     batch_blocks = max(1, math.ceil(policy.select_batch_size / per_block))
