@@ -3,8 +3,52 @@
 -- (pg-ttl run / the worker do the same from Python, plus whole-partition
 -- removal; the two share ttl.run / ttl.run_unit and the per-unit claims.)
 
--- The last run of every table, with the sums of its units (exact even for a
--- run that was killed: unit counters commit with the rows they count).
+-- A run's totals, summed from its units: the one definition behind a finished
+-- run's counters (ttl._finish_run) and the live ones of ttl.last_run.
+CREATE OR REPLACE FUNCTION ttl._run_totals(run bigint,
+    OUT rows_selected bigint, OUT rows_deleted bigint, OUT partitions_dropped integer,
+    OUT partitions_detached integer, OUT units integer, OUT units_not_ok integer,
+    OUT units_failed integer, OUT units_skipped integer, OUT first_error text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(sum(x.rows_selected), 0)::int8,
+           coalesce(sum(x.rows_deleted), 0)::int8,
+           (count(*) FILTER (WHERE x.action = 'drop' AND x.status = 'ok'))::int4,
+           (count(*) FILTER (WHERE x.action = 'detach' AND x.status = 'ok'))::int4,
+           count(*)::int4,
+           (count(*) FILTER (WHERE x.status <> 'ok'))::int4,
+           (count(*) FILTER (WHERE x.status = 'failed'))::int4,
+           (count(*) FILTER (WHERE x.status = 'skipped'))::int4,
+           (array_agg(x.error ORDER BY x.started_at) FILTER (WHERE x.status = 'failed'))[1]
+      FROM ttl.run_unit x
+     WHERE x.run_id = run
+$fn$;
+
+-- A run ends: its counters are its units' totals; `run_status` NULL judges the
+-- status from the units (a failed unit fails the run, all skipped is 'busy',
+-- any other unit not ok makes it 'partial'). Returns the status recorded.
+-- Runs with the caller's rights: only the table's owners may write its history.
+CREATE OR REPLACE FUNCTION ttl._finish_run(run bigint, run_status text, run_error text) RETURNS text
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    UPDATE ttl.run r
+       SET finished_at = clock_timestamp(),
+           status = coalesce(run_status, CASE WHEN t.units_failed > 0 THEN 'failed'
+                                              WHEN t.units > 0 AND t.units_skipped = t.units THEN 'busy'
+                                              WHEN t.units_not_ok > 0 THEN 'partial'
+                                              ELSE 'ok' END),
+           error = CASE WHEN run_status IS NULL AND t.units_failed > 0 THEN t.first_error ELSE run_error END,
+           rows_selected = t.rows_selected, rows_deleted = t.rows_deleted,
+           partitions_dropped = t.partitions_dropped, partitions_detached = t.partitions_detached
+      FROM ttl._run_totals(run) t
+     WHERE r.run_id = run
+    RETURNING r.status
+$fn$;
+
+-- The last run of every table, with the totals of its units (exact even for a
+-- run still going: unit counters commit with the rows they count).
 CREATE OR REPLACE VIEW ttl.last_run AS
 SELECT r.relid,
        r.table_name,
@@ -15,21 +59,15 @@ SELECT r.relid,
        r.finished_at,
        r.finished_at - r.started_at AS duration,
        r.status,
-       coalesce(u.rows_selected, 0)       AS rows_selected,
-       coalesce(u.rows_deleted, 0)        AS rows_deleted,
-       coalesce(u.partitions_dropped, 0)  AS partitions_dropped,
-       coalesce(u.partitions_detached, 0) AS partitions_detached,
-       coalesce(u.units, 0)               AS units,
-       coalesce(u.units_not_ok, 0)        AS units_not_ok,
+       t.rows_selected,
+       t.rows_deleted,
+       t.partitions_dropped::bigint AS partitions_dropped,
+       t.partitions_detached::bigint AS partitions_detached,
+       t.units::bigint AS units,
+       t.units_not_ok::bigint AS units_not_ok,
        r.error
   FROM (SELECT DISTINCT ON (relid) * FROM ttl.run ORDER BY relid, run_id DESC) r
-  LEFT JOIN LATERAL (
-        SELECT sum(x.rows_selected)::bigint AS rows_selected, sum(x.rows_deleted)::bigint AS rows_deleted,
-               count(*) FILTER (WHERE x.action = 'drop' AND x.status = 'ok') AS partitions_dropped,
-               count(*) FILTER (WHERE x.action = 'detach' AND x.status = 'ok') AS partitions_detached,
-               count(*) AS units,
-               count(*) FILTER (WHERE x.status <> 'ok') AS units_not_ok
-          FROM ttl.run_unit x WHERE x.run_id = r.run_id) u ON true;
+ CROSS JOIN LATERAL ttl._run_totals(r.run_id) t;
 
 GRANT SELECT ON ttl.last_run TO PUBLIC;
 
@@ -65,30 +103,22 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     n integer;
+    dead record;
 BEGIN
-    WITH dead AS (
-        SELECT r.run_id FROM ttl.run r
+    n := 0;
+    FOR dead IN
+        SELECT r.run_id, r.error FROM ttl.run r
          WHERE r.status = 'running'
            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
                             WHERE a.pid = r.backend_pid AND a.backend_start IS NOT DISTINCT FROM r.backend_start)
-           FOR UPDATE OF r SKIP LOCKED),
-    units AS (
+           FOR UPDATE OF r SKIP LOCKED
+    LOOP
         UPDATE ttl.run_unit u SET status = 'interrupted', finished_at = coalesce(u.finished_at, clock_timestamp())
-         WHERE u.status = 'running' AND u.run_id IN (SELECT d.run_id FROM dead d)),
-    sums AS (
-        SELECT d.run_id,
-               coalesce(sum(x.rows_selected), 0) AS sel, coalesce(sum(x.rows_deleted), 0) AS del,
-               count(x.run_id) FILTER (WHERE x.action = 'drop' AND x.status = 'ok') AS dropped,
-               count(x.run_id) FILTER (WHERE x.action = 'detach' AND x.status = 'ok') AS detached
-          FROM dead d LEFT JOIN ttl.run_unit x ON x.run_id = d.run_id
-         GROUP BY d.run_id)
-    UPDATE ttl.run r SET status = 'interrupted', finished_at = clock_timestamp(),
-           error = coalesce(r.error, 'the session running it ended before it finished'),
-           rows_selected = s.sel, rows_deleted = s.del, partitions_dropped = s.dropped,
-           partitions_detached = s.detached
-      FROM sums s
-     WHERE r.run_id = s.run_id;
-    GET DIAGNOSTICS n = ROW_COUNT;
+         WHERE u.status = 'running' AND u.run_id = dead.run_id;
+        PERFORM ttl._finish_run(dead.run_id, 'interrupted',
+                                coalesce(dead.error, 'the session running it ended before it finished'));
+        n := n + 1;
+    END LOOP;
     RETURN n;
 END
 $fn$;
@@ -322,16 +352,7 @@ BEGIN
             COMMIT;
         END LOOP;
         PERFORM pg_catalog.set_config('role', p.owner, true);
-        UPDATE ttl.run r SET finished_at = pg_catalog.clock_timestamp(),
-               status = CASE WHEN u.failed > 0 THEN 'failed' WHEN u.n > 0 AND u.skipped = u.n THEN 'busy'
-                             WHEN u.not_ok > 0 THEN 'partial' ELSE 'ok' END,
-               rows_selected = u.sel, rows_deleted = u.del
-          FROM (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'failed') AS failed,
-                       count(*) FILTER (WHERE status = 'skipped') AS skipped,
-                       count(*) FILTER (WHERE status <> 'ok') AS not_ok,
-                       coalesce(sum(rows_selected), 0) AS sel, coalesce(sum(rows_deleted), 0) AS del
-                  FROM ttl.run_unit WHERE run_id = run) u
-         WHERE r.run_id = run;
+        PERFORM ttl._finish_run(run, NULL, NULL);
         COMMIT;
     END LOOP;
     PERFORM ttl.prune_history();

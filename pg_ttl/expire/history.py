@@ -28,16 +28,8 @@ UPDATE ttl.run_unit SET status = %s, error = %s, finished_at = clock_timestamp()
        checkpoint = CASE WHEN %s THEN NULL ELSE checkpoint END
  WHERE run_id = %s AND unit_relid = %s
 """
-FINISH_RUN = """
-UPDATE ttl.run r SET status = %s, error = %s, finished_at = clock_timestamp(),
-       rows_selected = u.rows_selected, rows_deleted = u.rows_deleted,
-       partitions_dropped = u.dropped, partitions_detached = u.detached
-  FROM (SELECT coalesce(sum(rows_selected), 0) AS rows_selected, coalesce(sum(rows_deleted), 0) AS rows_deleted,
-               count(*) FILTER (WHERE action = 'drop' AND status = 'ok') AS dropped,
-               count(*) FILTER (WHERE action = 'detach' AND status = 'ok') AS detached
-          FROM ttl.run_unit WHERE run_id = %s) u
- WHERE r.run_id = %s
-"""
+
+
 def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str | None, cutoff: datetime,
               status: str = "running", error: str | None = None) -> int:
     row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error)).fetchone()
@@ -68,8 +60,11 @@ def finish_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, sta
     conn.execute(FINISH_UNIT, (status, error, selected, deleted, done, run_id, unit_relid))
 
 
-def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str, error: str | None = None) -> None:
-    conn.execute(FINISH_RUN, (status, error, run_id, run_id))
+def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None) -> str:
+    """The run's end, with its units' totals (sql/50_engine.sql); ``status`` None: judged
+    from its units. Returns the status recorded."""
+    row = conn.execute("SELECT ttl._finish_run(%s, %s, %s)", (run_id, status, error)).fetchone()
+    return str(row[0]) if row and row[0] else (status or "ok")
 
 
 def prune(conn: psycopg.Connection[Any]) -> int:
