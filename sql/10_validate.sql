@@ -264,7 +264,7 @@ BEGIN
         NEW.ttl_atttypid := typ;
     ELSE
         -- Only expire_after: per-row expiry counted from write time. The
-        -- a_row_ttl trigger (sql/70_row_ttl.sql) runs first and turns this into
+        -- a_row_ttl trigger (sql/71_table_changes.sql) runs first and turns this into
         -- an expression on the added expiry column, so this is not reached.
         RAISE EXCEPTION 'table %: "ttl_expire_after" without "ttl_column" (expiry counted from write time) is not yet supported', tbl
             USING ERRCODE = 'feature_not_supported',

@@ -1,0 +1,58 @@
+-- Column nulling, for the engine (pg_ttl/expire/columns.py). One bounded batch
+-- on one table or leaf partition: expired values become NULL (or DEFAULT for
+-- NOT NULL columns); the expiry is re-checked in the UPDATE itself, rows locked
+-- by the application are skipped. Returns the number of rows changed.
+CREATE OR REPLACE FUNCTION ttl.null_expired_values(tbl regclass, part regclass, column_name name, batch integer,
+                                                   cutoff timestamptz DEFAULT now())
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    cp ttl.column_policy;
+    expiry text;
+    target text;
+    pending text;
+    stmt text;
+    n bigint;
+    a record;
+BEGIN
+    SELECT * INTO cp FROM ttl.column_policy WHERE relid = tbl AND attnum = ttl._attnum(tbl, column_name, 'column');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of table % has no TTL', column_name, tbl USING ERRCODE = 'undefined_object';
+    END IF;
+    IF cutoff > now() THEN
+        RAISE EXCEPTION 'cutoff % is later than now(): values would expire early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT attnotnull INTO a FROM pg_attribute WHERE attrelid = part AND attname = column_name AND NOT attisdropped;
+    expiry := ttl._value_expiry_sql(tbl, cp.attnum);
+    IF expiry IS NULL THEN
+        RETURN 0;
+    END IF;
+    target := CASE WHEN a.attnotnull THEN 'DEFAULT' ELSE 'NULL' END;
+    IF cp.relative_to = 'write' THEN
+        -- A nulled value is no longer tracked: it never expires again.
+        target := format('%s, %I = NULL', target, ttl._attname(tbl, cp.track_attnum));
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz', expiry, cutoff);
+    ELSIF a.attnotnull THEN
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS DISTINCT FROM %s', expiry, cutoff, column_name,
+                          (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute x
+                               ON x.attrelid = d.adrelid AND x.attnum = d.adnum
+                            WHERE d.adrelid = part AND x.attname = column_name));
+    ELSE
+        pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS NOT NULL', expiry, cutoff, column_name);
+    END IF;
+    stmt := format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %2$s LIMIT %3$s FOR UPDATE SKIP LOCKED) '
+                   'UPDATE ONLY %1$s AS t SET %4$I = %5$s FROM due WHERE t.ctid = due.ctid AND %2$s',
+                   part, pending, batch, column_name, target);
+    -- The nulling UPDATE must not refresh write times or row expiry.
+    PERFORM set_config('pg_ttl.expiring', 'on', true);
+    PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
+    EXECUTE stmt;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM set_config('pg_ttl.expiring', 'off', true);
+    RETURN n;
+END
+$fn$;
