@@ -47,6 +47,42 @@ AS $fn$
     RETURNING r.status
 $fn$;
 
+-- A unit starts: its row in the run's history, for the Python engine and
+-- CALL ttl.run() alike. The checkpoint it resumes from is both its first
+-- checkpoint (a run killed before its first range keeps it) and, for the
+-- record, where it started (resumed_from).
+CREATE OR REPLACE FUNCTION ttl._start_unit(run bigint, unit oid, unit_name text, action text, strategy text,
+                                           resume jsonb) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, checkpoint, resumed_from)
+    VALUES (run, unit, unit_name, action, strategy, resume, resume)
+$fn$;
+
+-- A unit ends. A unit done ('ok') or not ours to do ('skipped') has nothing
+-- left to resume; any other keeps its checkpoint for the next run.
+CREATE OR REPLACE FUNCTION ttl._finish_unit(run bigint, unit oid, unit_status text, unit_error text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    UPDATE ttl.run_unit
+       SET status = unit_status, error = unit_error, finished_at = clock_timestamp(),
+           checkpoint = CASE WHEN unit_status IN ('ok', 'skipped') THEN NULL ELSE checkpoint END
+     WHERE run_id = run AND unit_relid = unit
+$fn$;
+
+-- A unit the run leaves without starting it (another run is on it, it was
+-- dropped, it is done for this cutoff): recorded, with the reason.
+CREATE OR REPLACE FUNCTION ttl._skip_unit(run bigint, unit oid, unit_name text, reason text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, status, error, finished_at)
+    VALUES (run, unit, unit_name, 'skip', 'skipped', reason, clock_timestamp())
+$fn$;
+
 -- The last run of every table, with the totals of its units (exact even for a
 -- run still going: unit counters commit with the rows they count).
 CREATE OR REPLACE VIEW ttl.last_run AS
@@ -269,9 +305,7 @@ BEGIN
         LOOP
             PERFORM pg_catalog.set_config('role', p.owner, true);
             IF NOT pg_catalog.pg_try_advisory_lock(ttl._claim_key(leaf.oid)) THEN
-                INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, status, error, finished_at)
-                VALUES (run, leaf.oid, leaf.name, 'skip', 'skipped', 'busy: another run is working on it',
-                        pg_catalog.clock_timestamp());
+                PERFORM ttl._skip_unit(run, leaf.oid, leaf.name, 'busy: another run is working on it');
                 COMMIT;
                 CONTINUE;
             END IF;
@@ -281,8 +315,7 @@ BEGIN
             IF cp->>'strategy' IS DISTINCT FROM 'ctid' THEN
                 cp := NULL;  -- key ranges are pg-ttl's; block ranges start over from block 0
             END IF;
-            INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, resumed_from)
-            VALUES (run, leaf.oid, leaf.name, 'delete', 'ctid', cp);
+            PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', 'ctid', cp);
             COMMIT;
             PERFORM pg_catalog.set_config('role', p.owner, true);
             BEGIN
@@ -344,10 +377,7 @@ BEGIN
             END LOOP;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
                     pg_catalog.set_config('role', p.owner, true);
-            UPDATE ttl.run_unit SET status = unit_status, error = unit_error,
-                   finished_at = pg_catalog.clock_timestamp(),
-                   checkpoint = CASE WHEN unit_status IN ('ok', 'skipped') THEN NULL ELSE checkpoint END
-             WHERE run_id = run AND unit_relid = leaf.oid;
+            PERFORM ttl._finish_unit(run, leaf.oid, unit_status, unit_error);
             PERFORM pg_catalog.pg_advisory_unlock(ttl._claim_key(leaf.oid));
             COMMIT;
         END LOOP;

@@ -307,6 +307,33 @@ def test_call_run_resumes_from_the_engines_checkpoint(db: psycopg.Connection[Any
     assert db.execute("SELECT id FROM t").fetchall() == [(1,)]  # before the checkpoint: left for a fresh run
 
 
+def test_a_run_that_cannot_start_a_unit_keeps_its_resume_point(db: psycopg.Connection[Any], dsn: str,
+                                                                connect: Any) -> None:
+    """CALL ttl.run() takes over the engine's checkpoint but meets a lock on the table:
+    its unit ends 'timeout' still holding that checkpoint, and the next run resumes there."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
+    db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 20000) g")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', delete_batch_size => 500)")
+    db.execute("UPDATE ttl.settings SET value = 'ctid' WHERE name = 'row_strategy'")
+    db.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
+    db.execute("ANALYZE t")
+    db.commit()
+    stop = threading.Event()
+    expire(dsn, ["t"], stop=stop, progress=StopAfter(stop, 2))
+    checkpoint = _last_unit(db)[1]
+    assert checkpoint is not None
+    db.commit()
+    holder = connect(autocommit=False)
+    holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+    db.autocommit = True
+    db.execute("CALL ttl.run('t')")
+    status, kept, resumed_from, _ = _last_unit(db)
+    assert (status, kept, resumed_from) == ("timeout", checkpoint, checkpoint)
+    holder.rollback()
+    [resumed] = expire(dsn, ["t"])
+    assert _last_unit(db)[2] == checkpoint and resumed.status == "ok"
+
+
 # -- runs never left 'running' ------------------------------------------------------
 
 def test_runs_of_a_killed_session_are_closed_as_interrupted(db: psycopg.Connection[Any], dsn: str,

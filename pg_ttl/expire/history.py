@@ -16,18 +16,6 @@ START_RUN = """
 INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error)
 VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id
 """
-# The checkpoint a unit resumes from is both its first checkpoint (a run killed
-# before its first range keeps it) and, for the record, where it started.
-START_UNIT = """
-INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, checkpoint, resumed_from)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
-"""
-FINISH_UNIT = """
-UPDATE ttl.run_unit SET status = %s, error = %s, finished_at = clock_timestamp(),
-       rows_selected = rows_selected + %s, rows_deleted = rows_deleted + %s,
-       checkpoint = CASE WHEN %s THEN NULL ELSE checkpoint END
- WHERE run_id = %s AND unit_relid = %s
-"""
 
 
 def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str | None, cutoff: datetime,
@@ -50,14 +38,18 @@ def close_dead_runs(conn: psycopg.Connection[Any]) -> None:
 
 def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, action: str,
                strategy: str | None, checkpoint: dict[str, Any] | None) -> None:
+    """The unit's history row, resuming from ``checkpoint`` (sql/50_engine.sql)."""
     cp = Jsonb(checkpoint) if checkpoint is not None else None
-    conn.execute(START_UNIT, (run_id, unit_relid, name, action, strategy, cp, cp))
+    conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
 
 
-def finish_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, status: str, error: str | None,
-                selected: int = 0, deleted: int = 0) -> None:
-    done = status in ("ok", "skipped")
-    conn.execute(FINISH_UNIT, (status, error, selected, deleted, done, run_id, unit_relid))
+def finish_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, status: str, error: str | None) -> None:
+    conn.execute("SELECT ttl._finish_unit(%s, %s, %s, %s)", (run_id, unit_relid, status, error))
+
+
+def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, reason: str) -> None:
+    """A unit left without starting it, and why."""
+    conn.execute("SELECT ttl._skip_unit(%s, %s, %s, %s)", (run_id, unit_relid, name, reason))
 
 
 def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None) -> str:
