@@ -2,8 +2,9 @@
 
 The version table is ``ttl.alembic_version``: a user's own ``alembic_version``
 is never touched. After the migrations (tables), the code layer in ``sql/``
-(functions, triggers, views: all idempotent) is applied in the same
-transaction, so the database always runs the package's current SQL.
+(functions, triggers, views) is replayed in the same transaction (see
+pg_ttl/install.py: replay_code_layer), so the database always runs the
+package's current SQL.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from alembic import context
 from alembic.script import ScriptDirectory
 
-from pg_ttl.install import SCHEMA, VERSION_TABLE, code_layer_sql, execute_sql
+from pg_ttl.install import SCHEMA, VERSION_TABLE, execute_sql, prepare_downgrade, replay_code_layer
 
 config = context.config
 
@@ -36,12 +37,19 @@ def _configure_and_run(**kwargs: object) -> None:
         execute_sql(f"SET LOCAL lock_timeout = '{int(config.attributes.get('lock_timeout_ms', 30000))}ms'")
         execute_sql("SELECT pg_catalog.pg_advisory_xact_lock(7438119)")
         execute_sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        context.run_migrations()
-        # The code layer is the package's current SQL: it matches the head
-        # revision's tables only, so it is applied when upgrading to head.
+        # Which drop-list entries apply depends on where the database started.
+        before = None if context.is_offline_mode() else context.get_context().get_current_revision()
         if _target_is_head():
-            for statement in code_layer_sql():
-                execute_sql(statement)
+            context.run_migrations()
+            # The code layer is the package's current SQL: it matches the head
+            # revision's tables only, so it is applied when upgrading to head.
+            replay_code_layer(before)
+        else:
+            # Below head (a downgrade, or a step of a stepwise install) the views and
+            # event triggers would read columns or tables that may be gone; the next
+            # upgrade to head recreates them.
+            prepare_downgrade()
+            context.run_migrations()
 
 
 if context.is_offline_mode():

@@ -38,7 +38,10 @@ ALTER TABLE ttl.run_unit ADD COLUMN values_nulled bigint NOT NULL DEFAULT 0;
 
 DOWNGRADE = """
 -- The views read the new columns; the code layer recreates them at head.
-DROP VIEW IF EXISTS ttl.policies, ttl.column_policies;
+-- (env.py drops every view of schema ttl before a downgrade, and stops with a
+-- clear error if a user's view depends on one; this line keeps an offline
+-- downgrade script working: ttl.worker_tables reads ttl.policies.)
+DROP VIEW IF EXISTS ttl.worker_tables, ttl.policies, ttl.column_policies;
 ALTER TABLE ttl.run_unit DROP COLUMN values_nulled;
 ALTER TABLE ttl.column_policy
     DROP CONSTRAINT column_policy_relative_to,

@@ -1,4 +1,4 @@
-"""install / upgrade / uninstall / version."""
+"""install / upgrade / downgrade / uninstall / version."""
 
 from __future__ import annotations
 
@@ -19,9 +19,22 @@ def register(sub: Any) -> None:
                    help="print the SQL that install runs instead of running it (no connection needed)")
     p.set_defaults(func=cmd_install)
 
-    p = sub.add_parser("upgrade", help="upgrade schema ttl to this package's version (idempotent)")
+    p = sub.add_parser("upgrade", help="upgrade schema ttl to this package's version (idempotent)",
+                       description="Show what changes (revisions, migrations, objects removed), then upgrade schema "
+                       "ttl to this package's revision and replace its functions and views, in one transaction.")
     add_dsn(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="show what would change and check that it applies (run in a transaction that is rolled "
+                   "back; takes the same locks, briefly); change nothing")
     p.set_defaults(func=cmd_upgrade)
+
+    p = sub.add_parser("downgrade", help="take schema ttl back to an older revision (for an older pg-ttl)",
+                       description="Bring pg_ttl's tables back to an older revision; columns added since are dropped "
+                       "with their data. Views and event triggers are removed until the next upgrade: install the "
+                       "older pg-ttl and run its `pg-ttl upgrade`. This pg-ttl refuses to run on an older revision.")
+    add_dsn(p)
+    p.add_argument("--to", required=True, metavar="REVISION", help="target revision (see pg-ttl version)")
+    p.set_defaults(func=cmd_downgrade)
 
     p = sub.add_parser("uninstall", help="remove everything pg_ttl created; user tables and data stay",
                        description="Disable every TTL policy, drop pg_ttl's event triggers and schema ttl. "
@@ -39,7 +52,10 @@ def cmd_install(args: argparse.Namespace) -> int:
     if args.print_sql:
         sys.stdout.write(install.install_sql())
         return 0
-    result = install.upgrade(resolve_dsn(args))
+    try:
+        result = install.upgrade(resolve_dsn(args))
+    except install.SchemaError as exc:
+        raise CliError(f"{exc} (nothing was changed)") from exc
     if result.was_installed:
         console.print(f"pg_ttl is already installed (schema revision {result.before}); "
                       f"now at revision {result.after}, functions refreshed.")
@@ -49,15 +65,49 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    dsn = resolve_dsn(args)
     with connect(args) as conn:
-        from pg_ttl.cli.common import require_installed
-
-        require_installed(conn)
-    result = install.upgrade(resolve_dsn(args))
-    if result.before == result.after:
+        if install.installed_revision(conn) is None:
+            raise CliError("pg_ttl is not installed in this database (run: pg-ttl install)")
+    try:
+        plan = install.upgrade_plan(dsn)
+    except install.SchemaError as exc:
+        raise CliError(str(exc)) from exc
+    if plan.steps:
+        console.print(f"Upgrading schema ttl from revision {plan.before} to {plan.after}:", highlight=False)
+        for step in plan.steps:
+            console.print(f"  {step.revision}  {step.description}", markup=False, highlight=False)
+    else:
+        console.print(f"Schema ttl is at revision {plan.after}: no migration to run.", highlight=False)
+    for name in plan.removed:
+        console.print(f"  drop {name} (no longer part of pg_ttl)", markup=False, highlight=False)
+    console.print("  replace pg_ttl's functions, views and triggers with this package's "
+                  f"(pg-ttl {__version__}); tables and their data are kept", highlight=False)
+    try:
+        result = install.upgrade(dsn, dry_run=args.dry_run)
+    except install.SchemaError as exc:
+        raise CliError(f"{exc} (nothing was changed)") from exc
+    if args.dry_run:
+        console.print("Dry run: the upgrade applies cleanly; it was rolled back, nothing changed.")
+    elif result.before == result.after:
         console.print(f"pg_ttl schema already at revision {result.after}; functions refreshed.")
     else:
         console.print(f"pg_ttl schema upgraded from revision {result.before} to {result.after}.")
+    return 0
+
+
+def cmd_downgrade(args: argparse.Namespace) -> int:
+    dsn = resolve_dsn(args)
+    with connect(args) as conn:
+        before = install.installed_revision(conn)
+    if before is None:
+        raise CliError("pg_ttl is not installed in this database; nothing to downgrade")
+    try:
+        after = install.downgrade(dsn, args.to)
+    except install.SchemaError as exc:
+        raise CliError(f"{exc} (nothing was changed)") from exc
+    console.print(f"pg_ttl schema downgraded from revision {before} to {after}. Install the pg-ttl version that "
+                  "matches it and run its pg-ttl upgrade to restore its functions and views.", highlight=False)
     return 0
 
 

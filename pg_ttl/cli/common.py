@@ -43,9 +43,12 @@ def connect(args: argparse.Namespace, autocommit: bool = True) -> psycopg.Connec
 
 
 def require_installed(conn: psycopg.Connection[Any]) -> str:
-    from pg_ttl.install import installed_revision
+    """The installed schema revision; refuses (CliError) unless pg_ttl is installed at
+    exactly this package's revision: older code against a newer schema, or the reverse,
+    would misread the catalog."""
+    from pg_ttl.install import SchemaError, require_current_schema
 
-    rev = installed_revision(conn)
-    if rev is None:
-        raise CliError("pg_ttl is not installed in this database (run: pg-ttl install)")
-    return rev
+    try:
+        return require_current_schema(conn)
+    except SchemaError as exc:
+        raise CliError(str(exc)) from exc

@@ -302,6 +302,13 @@ class DatabaseLoop(threading.Thread):
         return got
 
     # -- one connected session ----------------------------------------------------
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        from pg_ttl.install import schema_problem
+
+        problem = schema_problem(conn)
+        if problem is not None:
+            raise NotInstalled(problem)
+
     def _session(self) -> bool:
         """Serve until stop (True) or until the connection fails (raises)."""
         cfg = self.shared.config
@@ -313,6 +320,7 @@ class DatabaseLoop(threading.Thread):
             if not row or not row[0]:
                 raise NotInstalled("pg_ttl (with its worker and engine tables) is not installed in this database; "
                                    "run: pg-ttl install")
+            self._check_schema(conn)
             self.state = "connected"
             self.shared.metrics.up.labels(self.db.name).set(1)
             self._log(logging.INFO, "connected", dsn=config_mod.redact(self.db.dsn))
@@ -324,6 +332,7 @@ class DatabaseLoop(threading.Thread):
             while not self.stop_requested():
                 mono = time.monotonic()
                 if self._reload or mono >= self._next_poll:
+                    self._check_schema(conn)  # an upgrade while we run: wait for the matching worker
                     self._load_catalog(conn)
                     self._reload = False
                     self._next_poll = mono + cfg.poll_interval

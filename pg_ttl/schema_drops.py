@@ -1,0 +1,34 @@
+"""Objects removed from the code layer (``sql/*.sql``), dropped before it is replayed.
+
+Replaying the code layer creates or replaces what the package defines; it
+cannot know what an older package defined and this one no longer does. Each
+entry names such an object and the schema revision that was head when it
+last existed: it is dropped from databases installed at that revision or
+earlier (``IF EXISTS``: a database that never had it is left alone). A
+database installed later never had the object, and a name reused later is not
+dropped again.
+
+Tables and their columns never appear here: they change through migrations.
+The upgrade-from-the-previous-release test fails while an entry is missing
+(the upgraded schema would keep an object a fresh install does not have).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Removed:
+    last_revision: str  # schema head revision of the last package that defined the object
+    kind: Literal["function", "procedure", "view", "trigger", "event trigger"]
+    name: str  # function/procedure: signature as in DROP FUNCTION ("ttl.f(regclass, text)");
+    #            view: "ttl.v"; trigger: its name; event trigger: its name
+    table: str | None = None  # trigger only: "ttl.policy"
+
+
+REMOVED: tuple[Removed, ...] = (
+    # The expiry predicate now comes from ttl._expiry_sql (one definition).
+    Removed("0005", "function", "ttl._expired_sql(oid, timestamp with time zone)"),
+)
