@@ -224,6 +224,12 @@ DECLARE
     n bigint;
     unit_status text;
     unit_error text;
+    group_start timestamptz;
+    group_n bigint;
+    unit_start timestamptz;
+    unit_n bigint;
+    rate bigint;
+    max_step bigint;
 BEGIN
     -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
@@ -260,7 +266,8 @@ BEGIN
                                   false);
     COMMIT;
     -- names as the Python engine records them: schema-qualified outside public
-    FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, c.relkind, n.nspname,
+    FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, po.select_batch_size, po.delete_rate_limit,
+                    po.select_rate_limit, c.relkind, n.nspname,
                     pg_catalog.pg_get_userbyid(c.relowner) AS owner,
                     CASE WHEN n.nspname = 'public' THEN c.relname::text ELSE n.nspname || '.' || c.relname END AS name
                FROM ttl.policy po
@@ -321,9 +328,15 @@ BEGIN
             BEGIN
                 -- waits for a lock on the partition no longer than lock_timeout
                 nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
-                SELECT greatest(1, ceil(p.delete_batch_size / CASE WHEN c.relpages > 0 AND c.reltuples > 0
-                                                               THEN c.reltuples / c.relpages ELSE 100 END))::bigint
-                  INTO step FROM pg_catalog.pg_class c WHERE c.oid = leaf.oid;
+                -- first range: delete_batch_size rows' worth of blocks; never more than
+                -- select_batch_size rows' worth, whatever the density seen so far
+                SELECT greatest(1, ceil(p.delete_batch_size / d.per_block))::bigint,
+                       greatest(1, ceil(p.select_batch_size / d.per_block))::bigint
+                  INTO step, max_step
+                  FROM pg_catalog.pg_class c,
+                       LATERAL (SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
+                                            THEN c.reltuples / c.relpages ELSE 100 END AS per_block) d
+                 WHERE c.oid = leaf.oid;
             EXCEPTION WHEN lock_not_available OR query_canceled THEN
                 unit_status := 'timeout';
                 unit_error := SQLERRM;
@@ -334,6 +347,18 @@ BEGIN
             END IF;
             -- Names in the expression resolve in pg_catalog first, then the table's schema.
             PERFORM pg_catalog.set_config('search_path', ttl._table_search_path(p.relid), false);
+            -- Ranges are grouped into transactions of about 50 ms (as the Python
+            -- engine does), each committed with one update of the unit's counters
+            -- and checkpoint; a rate limit makes every range its own transaction
+            -- and waits between transactions. A range is sized from the expired
+            -- rows the last one held, toward delete_batch_size of them.
+            group_start := pg_catalog.clock_timestamp();
+            group_n := 0;
+            unit_start := group_start;
+            unit_n := 0;
+            rate := CASE WHEN p.delete_rate_limit > 0 AND p.select_rate_limit > 0
+                         THEN least(p.delete_rate_limit, p.select_rate_limit)
+                         ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
             WHILE unit_status = 'ok' AND b < coalesce(nblocks, 0) LOOP
                 PERFORM pg_catalog.set_config('role', p.owner, true);
                 BEGIN
@@ -368,13 +393,34 @@ BEGIN
                     unit_error := 'the partition was dropped during the run';
                 END;
                 EXIT WHEN unit_status <> 'ok';
-                UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
-                       checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b + step),
-                                                       'end', nblocks)
-                 WHERE run_id = run AND unit_relid = leaf.oid;
-                COMMIT;
                 b := b + step;
+                group_n := group_n + n;
+                unit_n := unit_n + n;
+                step := greatest(1, least(max_step, step * 4, (step * p.delete_batch_size) / greatest(n, 1)));
+                IF rate > 0 OR b >= nblocks
+                   OR pg_catalog.clock_timestamp() - group_start >= interval '50 milliseconds' THEN
+                    UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n,
+                           rows_deleted = rows_deleted + group_n,
+                           checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b),
+                                                           'end', nblocks)
+                     WHERE run_id = run AND unit_relid = leaf.oid;
+                    COMMIT;
+                    group_n := 0;
+                    IF rate > 0 THEN
+                        -- between transactions: the rows so far at `rate` rows/s
+                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
+                                                    pg_catalog.clock_timestamp() - unit_start)));
+                    END IF;
+                    group_start := pg_catalog.clock_timestamp();
+                END IF;
             END LOOP;
+            IF group_n > 0 THEN
+                -- ranges deleted before the one that stopped the unit: counted, with their checkpoint
+                PERFORM pg_catalog.set_config('role', p.owner, true);
+                UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n, rows_deleted = rows_deleted + group_n,
+                       checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b), 'end', nblocks)
+                 WHERE run_id = run AND unit_relid = leaf.oid;
+            END IF;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
                     pg_catalog.set_config('role', p.owner, true);
             PERFORM ttl._finish_unit(run, leaf.oid, unit_status, unit_error);

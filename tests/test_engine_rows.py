@@ -3,6 +3,8 @@ boundary, re-check race, application row locks, timeouts, history, pause)."""
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from datetime import UTC, datetime, timedelta
@@ -305,6 +307,39 @@ def test_select_rate_limit_holds_for_ctid_ranges(db: psycopg.Connection[Any], ds
     elapsed = time.monotonic() - started
     assert res.units[0].strategy == "ctid" and res.rows_selected == res.rows_deleted == 200
     assert 0.9 <= elapsed < 2.0  # 200 rows at 200 rows/s
+
+
+@pytest.mark.parametrize("option", ["delete_rate_limit", "select_rate_limit"])
+def test_call_run_honours_rate_limits(db: psycopg.Connection[Any], option: str) -> None:
+    """CALL ttl.run() keeps the same limits as the Python engine, waiting between transactions."""
+    _big(db, 400, False)
+    db.execute("SELECT ttl.set_options('t', %s)", (json.dumps({option: "200", "delete_batch_size": "50"}),))
+    db.commit()
+    db.autocommit = True
+    started = time.monotonic()
+    db.execute("CALL ttl.run('t')")
+    elapsed = time.monotonic() - started
+    assert db.execute("SELECT rows_deleted, status FROM ttl.run").fetchone() == (200, "ok")
+    assert len(_ids(db)) == 200
+    assert 0.9 <= elapsed < 2.0  # 200 rows at 200 rows/s
+
+
+def test_call_run_counts_exactly_on_a_sparse_table(db: psycopg.Connection[Any]) -> None:
+    """Ranges grow where expired rows are sparse; the counters committed with the
+    deletes still equal the rows gone, and a finished unit keeps no checkpoint."""
+    db.execute("CREATE TABLE t (id int, v timestamptz, pad text)")
+    # one expired row in 50, spread over the table
+    db.execute("INSERT INTO t SELECT g, CASE WHEN g % 50 = 0 THEN timestamptz '2020-01-01' ELSE '2999-01-01' END,"
+               " repeat('x', 100) FROM generate_series(1, 50000) g")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', delete_batch_size => 100,"
+               " select_batch_size => 5000)")
+    db.execute("ANALYZE t")
+    db.commit()
+    db.autocommit = True
+    db.execute("CALL ttl.run('t')")
+    assert db.execute("SELECT rows_deleted, status FROM ttl.run").fetchone() == (1000, "ok")
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (49000,)
+    assert db.execute("SELECT rows_deleted, checkpoint FROM ttl.run_unit").fetchone() == (1000, None)
 
 
 def test_stop_event_finishes_batch_and_resumes(db: psycopg.Connection[Any], dsn: str) -> None:
