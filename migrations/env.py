@@ -12,7 +12,8 @@ from __future__ import annotations
 from alembic import context
 from alembic.script import ScriptDirectory
 
-from pg_ttl.install import SCHEMA, VERSION_TABLE, execute_sql, prepare_downgrade, replay_code_layer
+from pg_ttl.code_layer import prepare_downgrade, replay_code_layer
+from pg_ttl.install import SCHEMA, VERSION_TABLE, execute_sql
 
 config = context.config
 

@@ -66,7 +66,7 @@ TABLE_LAYER = ("tables", "columns", "constraints", "indexes", "row_security")
 
 def catalog(dsn: str, keys: tuple[str, ...] = tuple(CATALOG_QUERIES)) -> dict[str, list[Any]]:
     with psycopg.connect(dsn) as conn:
-        return {k: conn.execute(CATALOG_QUERIES[k]).fetchall() for k in keys}  # type: ignore[call-overload]
+        return {k: conn.execute(CATALOG_QUERIES[k]).fetchall() for k in keys}
 
 
 def assert_same_catalog(got: dict[str, list[Any]], want: dict[str, list[Any]]) -> None:
@@ -93,7 +93,7 @@ def new_db(pg_local: LocalServer, prefix: str) -> str:
 
 def load_release(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(RELEASE.read_text())  # type: ignore[arg-type]  # a fixture file, no parameters
+        conn.execute(RELEASE.read_text())  # a fixture file, no parameters
         assert install.installed_revision(conn) == RELEASE_REVISION
 
 
@@ -138,7 +138,7 @@ SELECT ttl.enable('metrics', expire_after => '1 day', column_name => 'at',
 
 def fill(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(FILL)  # type: ignore[arg-type]
+        conn.execute(FILL)
         # Run history, written by the release's own engine procedure.
         conn.execute("CALL ttl.run()")
         runs = conn.execute("SELECT count(*), count(*) FILTER (WHERE rows_deleted > 0) FROM ttl.run").fetchone()
@@ -159,7 +159,7 @@ def user_objects(dsn: str) -> dict[str, list[Any]]:
                           (SELECT count(*) FROM public.pageviews), (SELECT count(*) FROM public.users)""",
     }
     with psycopg.connect(dsn) as conn:
-        return {k: conn.execute(q).fetchall() for k, q in queries.items()}  # type: ignore[call-overload]
+        return {k: conn.execute(q).fetchall() for k, q in queries.items()}
 
 
 def test_package_revisions_read_without_alembic_match_alembic() -> None:

@@ -77,7 +77,7 @@ def main(commit: str, out: Path) -> None:
         # psql meta-commands (\restrict in recent minor releases) cannot run through a driver.
         dump = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
         header = (f"-- pg_ttl schema as installed by release {commit} (schema revision {rev}).\n"
-                  f"-- Produced by: python tests/upgrade/make_release_fixture.py {commit} {out.name}\n"
+                  f"-- Produced by: python tests/upgrade/make_release_fixture.py {commit} tests/upgrade/{out.name}\n"
                   "-- (pg_dump --schema=ttl --inserts --no-owner, plus the event triggers a schema dump omits).\n"
                   "-- Loaded by tests/test_upgrade.py into a fresh database, then upgraded to head.\n\n")
         out.write_text(header + dump + "\n\n-- Event triggers\n" + event_triggers_sql(dsn))

@@ -1,5 +1,5 @@
 -- pg_ttl schema as installed by release 7c463a5 (schema revision 0004).
--- Produced by: python tests/upgrade/make_release_fixture.py 7c463a5 release_0004.sql
+-- Produced by: python tests/upgrade/make_release_fixture.py 7c463a5 tests/upgrade/release_0004.sql
 -- (pg_dump --schema=ttl --inserts --no-owner, plus the event triggers a schema dump omits).
 -- Loaded by tests/test_upgrade.py into a fresh database, then upgraded to head.
 
