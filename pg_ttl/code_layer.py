@@ -25,6 +25,7 @@ from pg_ttl.install import (
     execute_sql,
     package_revisions,
 )
+from pg_ttl.schema_drops import Removed
 
 # (class, oid) of a catalog object; class is pg_class for views, pg_proc for functions.
 _ObjectRef = tuple[str, int]
@@ -159,23 +160,15 @@ def _revision_index(revision: str | None) -> int:
     return known.index(revision) if revision in known else -1
 
 
-def removed_objects(before: str | None) -> list[str]:
-    """Descriptions of the drop-list entries that apply to a database at revision ``before``."""
+def _applicable(conn: psycopg.Connection[Any], before: str | None) -> list[tuple[Removed, _ObjectRef | None]]:
+    """Drop-list entries for a database that was at revision ``before`` and still has the object,
+    with the view/function to drop (None for triggers)."""
     from pg_ttl.schema_drops import REMOVED
 
     if before is None:
         return []
     at = _revision_index(before)
-    return [f"{r.kind} {r.name}" + (f" on {r.table}" if r.table else "") for r in REMOVED
-            if at <= _revision_index(r.last_revision)]
-
-
-def _drop_removed(conn: psycopg.Connection[Any], before: str | None) -> None:
-    from pg_ttl.schema_drops import REMOVED
-
-    if before is None:
-        return
-    at = _revision_index(before)
+    found: list[tuple[Removed, _ObjectRef | None]] = []
     for entry in REMOVED:
         if at > _revision_index(entry.last_revision):
             continue
@@ -183,15 +176,33 @@ def _drop_removed(conn: psycopg.Connection[Any], before: str | None) -> None:
             lookup = "pg_catalog.to_regclass(%s)" if entry.kind == "view" else "pg_catalog.to_regprocedure(%s)"
             row = conn.execute(sql.SQL("SELECT {}::oid").format(sql.SQL(lookup)), (entry.name,)).fetchone()
             if row and row[0] is not None:
-                drop_code_object(conn, ("pg_class" if entry.kind == "view" else "pg_proc", int(row[0])),
-                                 "is no longer part of pg_ttl")
+                found.append((entry, ("pg_class" if entry.kind == "view" else "pg_proc", int(row[0]))))
+        elif entry.kind == "trigger":
+            row = conn.execute("SELECT 1 FROM pg_catalog.pg_trigger WHERE tgname = %s AND tgrelid = "
+                               "pg_catalog.to_regclass(%s)", (entry.name, entry.table)).fetchone()
+            if row:
+                found.append((entry, None))
+        elif conn.execute("SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = %s", (entry.name,)).fetchone():
+            found.append((entry, None))
+    return found
+
+
+def removed_objects(conn: psycopg.Connection[Any], before: str | None) -> list[str]:
+    """What the drop list will remove from this database (at revision ``before``)."""
+    return [f"{r.kind} {r.name}" + (f" on {r.table}" if r.table else "") for r, _ in _applicable(conn, before)]
+
+
+def _drop_removed(conn: psycopg.Connection[Any], before: str | None) -> None:
+    for entry, ref in _applicable(conn, before):
+        if ref is not None:
+            drop_code_object(conn, ref, "is no longer part of pg_ttl")
         elif entry.kind == "trigger":
             assert entry.table is not None
             schema, _, table = entry.table.rpartition(".")
-            conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}.{}").format(
+            conn.execute(sql.SQL("DROP TRIGGER {} ON {}.{}").format(
                 sql.Identifier(entry.name), sql.Identifier(schema or SCHEMA), sql.Identifier(table)))
         else:
-            conn.execute(sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(entry.name)))
+            conn.execute(sql.SQL("DROP EVENT TRIGGER {}").format(sql.Identifier(entry.name)))
 
 
 def replay_code_layer(before: str | None) -> None:

@@ -227,8 +227,11 @@ def upgrade_plan(dsn: str) -> UpgradePlan:
     """What ``upgrade(dsn)`` would do, without changing anything."""
     from alembic.script import ScriptDirectory
 
+    from pg_ttl.code_layer import removed_objects
+
     with psycopg.connect(dsn, autocommit=True) as conn:
         before = installed_revision(conn)
+        removed = removed_objects(conn, before)
     script = ScriptDirectory.from_config(_config())
     head = head_revision()
     if before is not None and before not in package_revisions():
@@ -236,9 +239,7 @@ def upgrade_plan(dsn: str) -> UpgradePlan:
                           "not know: a newer pg-ttl installed it")
     revs = list(script.iterate_revisions(head, before if before is not None else "base"))
     steps = [Step(r.revision, (r.doc or "").strip().splitlines()[0] if r.doc else "") for r in reversed(revs)]
-    from pg_ttl.code_layer import removed_objects
-
-    return UpgradePlan(before=before, after=head, steps=steps, removed=removed_objects(before))
+    return UpgradePlan(before=before, after=head, steps=steps, removed=removed)
 
 
 @dataclass

@@ -188,6 +188,9 @@ def test_upgrade_from_previous_release_equals_fresh_install(pg_local: LocalServe
 
     assert_same_catalog(catalog(old), want)
     assert "drop function ttl._expired_sql" in result.stdout  # the drop list, announced
+    again = cli("upgrade", "--dsn", old)  # idempotent, and it announces only what it will do
+    assert again.returncode == 0 and "no migration to run" in again.stdout and "drop " not in again.stdout
+    assert_same_catalog(catalog(old), want)
     # Every row of every catalog table survives, column by column (new columns aside).
     data_after = ttl_data(old)
     assert set(data_after) >= set(data_before)
