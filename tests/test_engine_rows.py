@@ -4,7 +4,6 @@ boundary, re-check race, application row locks, timeouts, history, pause)."""
 from __future__ import annotations
 
 import json
-
 import math
 import time
 from datetime import UTC, datetime, timedelta
