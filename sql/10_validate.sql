@@ -2,35 +2,6 @@
 -- writes to ttl.policy (a trigger runs it). Errors name the table, column or
 -- option and say what would be accepted.
 
--- Option names follow CockroachDB's row-level TTL (ttl_expire_after, ...);
--- the SQL API accepts them with or without the ttl_ prefix.
-CREATE OR REPLACE FUNCTION ttl._option_key(option text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT CASE WHEN lower(btrim(option)) LIKE 'ttl\_%'
-                THEN substr(lower(btrim(option)), 5)
-                ELSE lower(btrim(option)) END
-$fn$;
-
--- How errors quote an option: the DDL spelling, e.g. "ttl_expire_after".
-CREATE OR REPLACE FUNCTION ttl._option_label(option text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT '"ttl_' || ttl._option_key(option) || '"'
-$fn$;
-
-CREATE OR REPLACE FUNCTION ttl.option_names() RETURNS text[]
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT ARRAY['expire_after', 'column', 'expiration_expression', 'unit', 'job_cron',
-                 'job_cron_override', 'select_batch_size', 'delete_batch_size',
-                 'select_rate_limit', 'delete_rate_limit', 'pause', 'partition_action',
-                 'detach_schema', 'strict', 'partition_ignore_value_ttl', 'value_ttl_overrides_table_ttl']
-$fn$;
-
 -- Types a TTL column may have; numeric ones hold Unix time and need ttl_unit.
 CREATE OR REPLACE FUNCTION ttl._type_kind(typ oid) RETURNS text
 LANGUAGE sql STABLE STRICT
@@ -187,7 +158,11 @@ DECLARE
     typ oid;
     kind text;
     err text;
+    o record;
+    n bigint;
 BEGIN
+    -- Options left NULL (a direct INSERT naming only some) take their defaults.
+    NEW := ttl._fill_defaults(NEW);
     IF TG_OP = 'UPDATE' AND NEW.relid <> OLD.relid THEN
         RAISE EXCEPTION 'the table of a TTL policy cannot be changed' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -293,22 +268,16 @@ BEGIN
                   HINT = 'Choose a less frequent schedule, set "ttl_job_cron_override" = true, or lower the min_job_interval setting.';
     END IF;
 
-    IF NEW.select_batch_size < 1 THEN
-        RAISE EXCEPTION 'table %: value of "ttl_select_batch_size" must be at least 1, got %', tbl, NEW.select_batch_size
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.delete_batch_size < 1 THEN
-        RAISE EXCEPTION 'table %: value of "ttl_delete_batch_size" must be at least 1, got %', tbl, NEW.delete_batch_size
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.select_rate_limit < 0 THEN
-        RAISE EXCEPTION 'table %: value of "ttl_select_rate_limit" must be at least 1 (or 0 for unlimited), got %',
-            tbl, NEW.select_rate_limit USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.delete_rate_limit < 0 THEN
-        RAISE EXCEPTION 'table %: value of "ttl_delete_rate_limit" must be at least 1 (or 0 for unlimited), got %',
-            tbl, NEW.delete_rate_limit USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    FOR o IN SELECT * FROM ttl.options x WHERE x.kind IN ('batch', 'rate') ORDER BY x.position LOOP
+        n := (to_jsonb(NEW) ->> o.policy_column)::bigint;
+        IF o.kind = 'batch' AND n < 1 THEN
+            RAISE EXCEPTION 'table %: value of % must be at least 1, got %', tbl, ttl._option_label(o.name), n
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF o.kind = 'rate' AND n < 0 THEN
+            RAISE EXCEPTION 'table %: value of % must be at least 1 (or 0 for unlimited), got %',
+                tbl, ttl._option_label(o.name), n USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
     IF NEW.partition_action NOT IN ('drop', 'detach') THEN
         RAISE EXCEPTION 'table %: value of "ttl_partition_action" must be drop or detach, got "%"', tbl, NEW.partition_action
             USING ERRCODE = 'invalid_parameter_value';

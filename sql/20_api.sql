@@ -2,7 +2,7 @@
 -- Functions are SECURITY INVOKER: row security on ttl.policy and the
 -- validation trigger apply to every caller, whatever the entry point.
 
--- A policy row with every option at its default.
+-- A new policy row: every option at its default (sql/08_options.sql).
 CREATE OR REPLACE FUNCTION ttl._default_policy(tbl regclass) RETURNS ttl.policy
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -11,95 +11,9 @@ DECLARE
     p ttl.policy;
 BEGIN
     p.relid := tbl;
-    p.job_cron := coalesce((SELECT value FROM ttl.settings WHERE name = 'default_job_cron'), '@hourly');
-    p.job_cron_override := false;
-    p.select_batch_size := 10000;
-    p.delete_batch_size := 1000;
-    p.select_rate_limit := 0;
-    p.delete_rate_limit := 0;
-    p.paused := false;
-    p.partition_action := 'drop';
     p.created_at := now();
     p.updated_at := now();
-    RETURN p;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION ttl._to_int(option text, value text) RETURNS integer
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN value::integer;
-EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
-    RAISE EXCEPTION 'value of % must be an integer, got "%"', ttl._option_label(option), value
-        USING ERRCODE = 'invalid_parameter_value';
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION ttl._to_bool(option text, value text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN value::boolean;
-EXCEPTION WHEN invalid_text_representation THEN
-    RAISE EXCEPTION 'value of % must be a boolean (true/false), got "%"', ttl._option_label(option), value
-        USING ERRCODE = 'invalid_parameter_value';
-END
-$fn$;
-
--- PostgreSQL's interval input already reads ISO 8601 ('PT1H', 'P30D').
-CREATE OR REPLACE FUNCTION ttl._to_interval(option text, value text) RETURNS interval
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN value::interval;
-EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow
-               OR invalid_text_representation OR syntax_error THEN
-    RAISE EXCEPTION 'value of % must be an interval, got "%"', ttl._option_label(option), value
-        USING ERRCODE = 'invalid_parameter_value',
-              HINT = 'e.g. ''30 days'', ''12 hours'' or ISO 8601 ''P30D'', ''PT1H''.';
-END
-$fn$;
-
--- Apply one named option (text value, as DDL and set_option give it) to a policy row.
-CREATE OR REPLACE FUNCTION ttl._apply_option(p ttl.policy, option text, value text) RETURNS ttl.policy
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    key text := ttl._option_key(option);
-BEGIN
-    IF value IS NULL AND key NOT IN ('expiration_expression', 'column', 'unit', 'detach_schema', 'expire_after') THEN
-        RAISE EXCEPTION 'value of % must not be NULL', ttl._option_label(option)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ttl.reset_option to restore its default.';
-    END IF;
-    CASE key
-        WHEN 'expire_after' THEN p.expire_after := ttl._to_interval(option, value);
-        WHEN 'column' THEN
-            p.ttl_attnum := CASE WHEN value IS NULL THEN NULL ELSE ttl._attnum(p.relid::regclass, value, option) END;
-        WHEN 'expiration_expression' THEN p.expiration_expression := nullif(btrim(value), '');
-        WHEN 'unit' THEN p.unit := lower(btrim(value));
-        WHEN 'job_cron' THEN p.job_cron := btrim(value);
-        WHEN 'job_cron_override' THEN p.job_cron_override := ttl._to_bool(option, value);
-        WHEN 'select_batch_size' THEN p.select_batch_size := ttl._to_int(option, value);
-        WHEN 'delete_batch_size' THEN p.delete_batch_size := ttl._to_int(option, value);
-        WHEN 'select_rate_limit' THEN p.select_rate_limit := ttl._to_int(option, value);
-        WHEN 'delete_rate_limit' THEN p.delete_rate_limit := ttl._to_int(option, value);
-        WHEN 'pause' THEN p.paused := ttl._to_bool(option, value);
-        WHEN 'partition_action' THEN p.partition_action := lower(btrim(value));
-        WHEN 'detach_schema' THEN p.detach_schema := value;
-        WHEN 'strict' THEN p.strict_visibility := ttl._to_bool(option, value);
-        WHEN 'partition_ignore_value_ttl' THEN p.partition_ignore_value_ttl := ttl._to_bool(option, value);
-        WHEN 'value_ttl_overrides_table_ttl' THEN p.value_ttl_overrides_table_ttl := ttl._to_bool(option, value);
-        ELSE
-            RAISE EXCEPTION 'unknown TTL option %', ttl._option_label(option)
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Accepted options: ttl_' || array_to_string(ttl.option_names(), ', ttl_') || '.';
-    END CASE;
-    RETURN p;
+    RETURN ttl._fill_defaults(p);
 END
 $fn$;
 
@@ -127,15 +41,13 @@ BEGIN
     IF is_new THEN
         INSERT INTO ttl.policy SELECT p.*;
     ELSE
-        UPDATE ttl.policy SET (ttl_attnum, ttl_atttypid, expiration_expression, expire_after, unit, job_cron,
-                               job_cron_override, select_batch_size, delete_batch_size, select_rate_limit,
-                               delete_rate_limit, paused, partition_action, detach_schema,
-                               strict_visibility, partition_ignore_value_ttl, value_ttl_overrides_table_ttl)
-            = (p.ttl_attnum, p.ttl_atttypid, p.expiration_expression, p.expire_after, p.unit, p.job_cron,
-               p.job_cron_override, p.select_batch_size, p.delete_batch_size, p.select_rate_limit,
-               p.delete_rate_limit, p.paused, p.partition_action, p.detach_schema,
-               p.strict_visibility, p.partition_ignore_value_ttl, p.value_ttl_overrides_table_ttl)
-         WHERE relid = p.relid;
+        -- Every column of the row, whatever options exist.
+        EXECUTE format('UPDATE ttl.policy SET (%1$s) = (SELECT %1$s FROM (SELECT ($1).*) AS n) WHERE relid = $2',
+                       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                          FROM pg_attribute a
+                         WHERE a.attrelid = 'ttl.policy'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+                           AND a.attname <> 'relid'))
+            USING p, p.relid;
     END IF;
     -- Wake up workers (they also poll).
     PERFORM pg_notify('pg_ttl', p.relid::regclass::text);
@@ -161,31 +73,19 @@ CREATE OR REPLACE FUNCTION ttl.enable(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    p ttl.policy;
 BEGIN
     PERFORM ttl._check_table(tbl);
     IF EXISTS (SELECT 1 FROM ttl.policy WHERE relid = tbl) THEN
         RAISE EXCEPTION 'table % already has a TTL', tbl USING ERRCODE = 'duplicate_object',
             HINT = format('Change it with ttl.set_option(%L, ...), or remove it with ttl.disable(%L).', tbl::text, tbl::text);
     END IF;
-    p := ttl._default_policy(tbl);
-    p.expire_after := expire_after;
-    IF column_name IS NOT NULL THEN
-        p.ttl_attnum := ttl._attnum(tbl, column_name, 'column');
-    END IF;
-    p.expiration_expression := nullif(btrim(expiration_expression), '');
-    p.unit := lower(btrim(unit));
-    p.job_cron := coalesce(btrim(job_cron), p.job_cron);
-    p.job_cron_override := coalesce(job_cron_override, false);
-    p.select_batch_size := coalesce(select_batch_size, p.select_batch_size);
-    p.delete_batch_size := coalesce(delete_batch_size, p.delete_batch_size);
-    p.select_rate_limit := coalesce(select_rate_limit, p.select_rate_limit);
-    p.delete_rate_limit := coalesce(delete_rate_limit, p.delete_rate_limit);
-    p.paused := coalesce(pause, false);
-    p.partition_action := coalesce(lower(partition_action), p.partition_action);
-    p.detach_schema := detach_schema;
-    PERFORM ttl._save_policy(p, true);
+    -- The same path as every other entry point: named options, read by the registry.
+    PERFORM ttl.set_options(tbl, jsonb_strip_nulls(jsonb_build_object(
+        'expire_after', expire_after, 'column', column_name, 'expiration_expression', expiration_expression,
+        'unit', unit, 'job_cron', job_cron, 'select_batch_size', select_batch_size,
+        'delete_batch_size', delete_batch_size, 'select_rate_limit', select_rate_limit,
+        'delete_rate_limit', delete_rate_limit, 'pause', pause, 'partition_action', partition_action,
+        'detach_schema', detach_schema, 'job_cron_override', job_cron_override)));
 END
 $fn$;
 
@@ -241,7 +141,6 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     p ttl.policy;
-    d ttl.policy;
     opt text;
 BEGIN
     PERFORM ttl._check_table(tbl);
@@ -250,30 +149,8 @@ BEGIN
         RETURN;
     END IF;
     p := ttl._get_policy(tbl);
-    d := ttl._default_policy(tbl);
     FOREACH opt IN ARRAY options LOOP
-        CASE ttl._option_key(opt)
-            WHEN 'expire_after' THEN p.expire_after := NULL;
-            WHEN 'column' THEN p.ttl_attnum := NULL;
-            WHEN 'expiration_expression' THEN p.expiration_expression := NULL;
-            WHEN 'unit' THEN p.unit := NULL;
-            WHEN 'job_cron' THEN p.job_cron := d.job_cron;
-            WHEN 'job_cron_override' THEN p.job_cron_override := d.job_cron_override;
-            WHEN 'select_batch_size' THEN p.select_batch_size := d.select_batch_size;
-            WHEN 'delete_batch_size' THEN p.delete_batch_size := d.delete_batch_size;
-            WHEN 'select_rate_limit' THEN p.select_rate_limit := d.select_rate_limit;
-            WHEN 'delete_rate_limit' THEN p.delete_rate_limit := d.delete_rate_limit;
-            WHEN 'pause' THEN p.paused := d.paused;
-            WHEN 'partition_action' THEN p.partition_action := d.partition_action;
-            WHEN 'detach_schema' THEN p.detach_schema := NULL;
-            WHEN 'strict' THEN p.strict_visibility := false;
-            WHEN 'partition_ignore_value_ttl' THEN p.partition_ignore_value_ttl := false;
-            WHEN 'value_ttl_overrides_table_ttl' THEN p.value_ttl_overrides_table_ttl := false;
-            ELSE
-                RAISE EXCEPTION 'unknown TTL option %', ttl._option_label(opt)
-                    USING ERRCODE = 'invalid_parameter_value',
-                          HINT = 'Accepted options: ttl, ttl_' || array_to_string(ttl.option_names(), ', ttl_') || '.';
-        END CASE;
+        p := ttl._reset_option(p, opt);
     END LOOP;
     PERFORM ttl._save_policy(p, false);
 END
@@ -352,6 +229,19 @@ BEGIN
 END
 $fn$;
 
+-- A table's options as (option, value) rows, in the registry's order, values
+-- as the SQL API accepts them back.
+CREATE OR REPLACE FUNCTION ttl._option_values(p ttl.policy) RETURNS TABLE (option text, value text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT 'ttl_' || o.name,
+           CASE o.kind WHEN 'column' THEN ttl._attname(p.relid, p.ttl_attnum)::text
+                       ELSE to_jsonb(p) ->> o.policy_column END
+      FROM ttl.options o
+     ORDER BY o.position
+$fn$;
+
 -- Every option of a table's TTL, as (option, value) rows.
 CREATE OR REPLACE FUNCTION ttl.describe(tbl regclass) RETURNS TABLE (option text, value text)
 LANGUAGE plpgsql STABLE
@@ -365,24 +255,9 @@ BEGIN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object';
     END IF;
     IF FOUND THEN
+        RETURN QUERY VALUES ('table', tbl::text);
+        RETURN QUERY SELECT * FROM ttl._option_values(p);
         RETURN QUERY VALUES
-            ('table', tbl::text),
-            ('ttl_column', ttl._attname(p.relid, p.ttl_attnum)::text),
-            ('ttl_expiration_expression', p.expiration_expression),
-            ('ttl_expire_after', p.expire_after::text),
-            ('ttl_unit', p.unit),
-            ('ttl_job_cron', p.job_cron),
-            ('ttl_job_cron_override', p.job_cron_override::text),
-            ('ttl_select_batch_size', p.select_batch_size::text),
-            ('ttl_delete_batch_size', p.delete_batch_size::text),
-            ('ttl_select_rate_limit', p.select_rate_limit::text),
-            ('ttl_delete_rate_limit', p.delete_rate_limit::text),
-            ('ttl_pause', p.paused::text),
-            ('ttl_partition_action', p.partition_action),
-            ('ttl_detach_schema', p.detach_schema::text),
-            ('ttl_strict', p.strict_visibility::text),
-            ('ttl_partition_ignore_value_ttl', p.partition_ignore_value_ttl::text),
-            ('ttl_value_ttl_overrides_table_ttl', p.value_ttl_overrides_table_ttl::text),
             ('row_expiry_column', ttl._attname(p.relid, p.row_expiry_attnum)::text),
             ('created_at', p.created_at::text),
             ('updated_at', p.updated_at::text);

@@ -14,10 +14,8 @@ DECLARE
     managed text;
     col name;
 BEGIN
-    NEW.strict_visibility := coalesce(NEW.strict_visibility, false);
+    NEW := ttl._fill_defaults(NEW);
     NEW.strict_enabled_rls := coalesce(NEW.strict_enabled_rls, false);
-    NEW.partition_ignore_value_ttl := coalesce(NEW.partition_ignore_value_ttl, false);
-    NEW.value_ttl_overrides_table_ttl := coalesce(NEW.value_ttl_overrides_table_ttl, false);
 
     IF NEW.row_expiry_attnum IS NOT NULL THEN
         managed := format('%I', ttl._attname(NEW.relid, NEW.row_expiry_attnum));

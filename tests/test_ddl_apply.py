@@ -144,9 +144,10 @@ def test_per_row_expiry_is_passed_to_the_database(db: Conn) -> None:
 
 
 def test_option_table_matches_the_database(db: Conn) -> None:
+    registry = db.execute("SELECT name, kind FROM ttl.options ORDER BY position").fetchall()
+    assert [(k, kind.value) for k, kind in opts.OPTIONS.items()] == registry
     names = db.execute("SELECT ttl.option_names()").fetchone()
-    assert names is not None
-    assert list(opts.OPTIONS) == names[0]
+    assert names is not None and names[0] == [n for n, _ in registry]
 
 
 def test_database_refuses_what_the_pure_checks_refuse(db: Conn) -> None:

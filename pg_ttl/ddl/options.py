@@ -31,12 +31,12 @@ class Kind(Enum):
     SCHEMA = "schema"
 
 
-# Same names, in the same order, as ttl.option_names() in sql/10_validate.sql
-# (a test keeps the two in step).
+# The same names, kinds and order as the database's option registry,
+# ttl.options (sql/08_options.sql); a test keeps the two equal.
 OPTIONS: dict[str, Kind] = {
-    "expire_after": Kind.INTERVAL,
     "column": Kind.COLUMN,
     "expiration_expression": Kind.EXPRESSION,
+    "expire_after": Kind.INTERVAL,
     "unit": Kind.UNIT,
     "job_cron": Kind.CRON,
     "job_cron_override": Kind.BOOL,
