@@ -31,4 +31,14 @@ class Removed:
 REMOVED: tuple[Removed, ...] = (
     # The expiry predicate now comes from ttl._expiry_sql (one definition).
     Removed("0005", "function", "ttl._expired_sql(oid, timestamp with time zone)"),
+    # Changes to users' tables are made by the SQL API (ttl._apply_change);
+    # triggers on the catalog only validate.
+    Removed("0006", "trigger", "a_row_ttl", table="ttl.policy"),
+    Removed("0006", "trigger", "z_row_ttl_sync", table="ttl.policy"),
+    Removed("0006", "trigger", "a_row_ttl", table="ttl.column_policy"),
+    Removed("0006", "trigger", "z_row_ttl_sync", table="ttl.column_policy"),
+    Removed("0006", "function", "ttl._policy_row_mode()"),
+    Removed("0006", "function", "ttl._policy_after()"),
+    Removed("0006", "function", "ttl._column_policy_mode()"),
+    Removed("0006", "function", "ttl._column_policy_after()"),
 )

@@ -148,6 +148,40 @@ BEGIN
 END
 $fn$;
 
+-- A write to the catalog that would need the user's table to change (the
+-- columns of per-row TTL or value TTL counted from writes, strict
+-- visibility's row security and view) is made by the SQL API, which changes
+-- both (sql/71_table_changes.sql); written directly, it is refused rather than
+-- leaving the table out of step. Everything else may be written directly.
+CREATE OR REPLACE FUNCTION ttl._refuse_direct_table_change(tbl oid, changes_table boolean) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF changes_table AND current_setting('ttl.applying_change', true) IS DISTINCT FROM tbl::text
+       AND EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'this TTL change of table % also changes the table (per-row TTL columns, value TTL counted from writes, or strict visibility)',
+            tbl::regclass
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Make it with the SQL API (ttl.set_options, ttl.reset_options, ttl.disable, ttl.enable_column, ttl.disable_column) or TTL DDL, not by writing ttl.policy or ttl.column_policy.';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl._validate_policy_delete() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM ttl._refuse_direct_table_change(OLD.relid, ttl._changes_table(OLD, NULL));
+    RETURN OLD;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate_delete ON ttl.policy;
+CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_policy_delete();
+
 -- The whole-row check run before any write to ttl.policy.
 CREATE OR REPLACE FUNCTION ttl._validate_policy() RETURNS trigger
 LANGUAGE plpgsql
@@ -167,6 +201,7 @@ BEGIN
         RAISE EXCEPTION 'the table of a TTL policy cannot be changed' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM ttl._check_table(tbl);
+    PERFORM ttl._refuse_direct_table_change(NEW.relid, ttl._changes_table(OLD, NEW));
 
     IF NEW.ttl_attnum IS NOT NULL AND NEW.expiration_expression IS NOT NULL THEN
         RAISE EXCEPTION 'table %: set either "ttl_column" or "ttl_expiration_expression", not both', tbl
@@ -237,13 +272,6 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         NEW.ttl_atttypid := typ;
-    ELSE
-        -- Only expire_after: per-row expiry counted from write time. The
-        -- a_row_ttl trigger (sql/71_table_changes.sql) runs first and turns this into
-        -- an expression on the added expiry column, so this is not reached.
-        RAISE EXCEPTION 'table %: "ttl_expire_after" without "ttl_column" (expiry counted from write time) is not yet supported', tbl
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Set "ttl_column" to a timestamp column, or use "ttl_expiration_expression".';
     END IF;
 
     IF NEW.unit IS NOT NULL AND NEW.unit NOT IN ('seconds', 'milliseconds', 'microseconds', 'nanoseconds') THEN
@@ -311,8 +339,28 @@ AS $fn$
 DECLARE
     tbl regclass := NEW.relid::regclass;
     a record;
+    p ttl.policy;
 BEGIN
     PERFORM ttl._check_table(tbl);
+    NEW.relative_to := ttl._column_base(NEW.relid, NEW.relative_to);
+    IF NEW.relative_to NOT IN ('row', 'write') THEN
+        RAISE EXCEPTION 'column TTL of table %: relative_to must be row or write, got "%"', tbl, NEW.relative_to
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO p FROM ttl.policy WHERE relid = NEW.relid;
+    IF NEW.relative_to = 'row' AND (p.relid IS NULL OR ttl._base_sql(p) IS NULL) THEN
+        RAISE EXCEPTION 'column TTL of table %: relative_to = row needs a table TTL with "ttl_column" or per-row TTL', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use relative_to => ''write'' (from the value''s own write time).';
+    END IF;
+    -- Counted from writes, the value needs its tracking column; the strict view shows every value.
+    PERFORM ttl._refuse_direct_table_change(NEW.relid,
+        NEW.relative_to = 'write' OR coalesce(p.strict_visibility, false)
+        OR (TG_OP = 'UPDATE' AND OLD.relative_to = 'write'));
+    IF NEW.relative_to = 'write' AND NEW.track_attnum IS NULL THEN
+        RAISE EXCEPTION 'column TTL of table %: a value counted from its writes needs its tracking column', tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT attname, atttypid, attnotnull, atthasdef INTO a FROM pg_attribute
      WHERE attrelid = NEW.relid AND attnum = NEW.attnum AND NOT attisdropped;
     IF NOT FOUND THEN
@@ -343,3 +391,19 @@ $fn$;
 DROP TRIGGER IF EXISTS validate ON ttl.column_policy;
 CREATE TRIGGER validate BEFORE INSERT OR UPDATE ON ttl.column_policy
     FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy();
+
+CREATE OR REPLACE FUNCTION ttl._validate_column_policy_delete() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM ttl._refuse_direct_table_change(OLD.relid,
+        OLD.relative_to = 'write'
+        OR coalesce((SELECT p.strict_visibility FROM ttl.policy p WHERE p.relid = OLD.relid), false));
+    RETURN OLD;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate_delete ON ttl.column_policy;
+CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.column_policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy_delete();

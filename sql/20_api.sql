@@ -37,20 +37,13 @@ CREATE OR REPLACE FUNCTION ttl._save_policy(p ttl.policy, is_new boolean) RETURN
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    old_p ttl.policy;
 BEGIN
-    IF is_new THEN
-        INSERT INTO ttl.policy SELECT p.*;
-    ELSE
-        -- Every column of the row, whatever options exist.
-        EXECUTE format('UPDATE ttl.policy SET (%1$s) = (SELECT %1$s FROM (SELECT ($1).*) AS n) WHERE relid = $2',
-                       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
-                          FROM pg_attribute a
-                         WHERE a.attrelid = 'ttl.policy'::regclass AND a.attnum > 0 AND NOT a.attisdropped
-                           AND a.attname <> 'relid'))
-            USING p, p.relid;
+    IF NOT is_new THEN
+        SELECT * INTO old_p FROM ttl.policy WHERE relid = p.relid;
     END IF;
-    -- Wake up workers (they also poll).
-    PERFORM pg_notify('pg_ttl', p.relid::regclass::text);
+    PERFORM ttl._apply_change(old_p, p);
 END
 $fn$;
 
@@ -169,18 +162,23 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    n integer;
-    m integer;
+    p ttl.policy;
+    c ttl.column_policy;
+    found_any boolean := false;
 BEGIN
     PERFORM ttl._check_table(tbl);
-    DELETE FROM ttl.policy WHERE relid = tbl;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    DELETE FROM ttl.column_policy WHERE relid = tbl;
-    GET DIAGNOSTICS m = ROW_COUNT;
-    IF n + m = 0 THEN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF FOUND THEN
+        PERFORM ttl._apply_change(p, NULL);
+        found_any := true;
+    END IF;
+    FOR c IN SELECT * FROM ttl.column_policy cp WHERE cp.relid = tbl ORDER BY cp.attnum LOOP
+        PERFORM ttl._apply_column_change(c, NULL);
+        found_any := true;
+    END LOOP;
+    IF NOT found_any THEN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object';
     END IF;
-    PERFORM pg_notify('pg_ttl', tbl::text);
 END
 $fn$;
 
@@ -203,15 +201,8 @@ CREATE OR REPLACE FUNCTION ttl.enable_column(tbl regclass, column_name name, exp
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    n smallint;
 BEGIN
-    PERFORM ttl._check_table(tbl);
-    n := ttl._attnum(tbl, column_name, 'column');
-    INSERT INTO ttl.column_policy (relid, attnum, atttypid, expire_after)
-    VALUES (tbl, n, 0, expire_after)
-    ON CONFLICT (relid, attnum) DO UPDATE SET expire_after = EXCLUDED.expire_after;
-    PERFORM pg_notify('pg_ttl', tbl::text);
+    PERFORM ttl._set_column_policy(tbl, column_name, expire_after, NULL);
 END
 $fn$;
 
@@ -219,13 +210,15 @@ CREATE OR REPLACE FUNCTION ttl.disable_column(tbl regclass, column_name name) RE
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    c ttl.column_policy;
 BEGIN
     PERFORM ttl._check_table(tbl);
-    DELETE FROM ttl.column_policy WHERE relid = tbl AND attnum = ttl._attnum(tbl, column_name, 'column');
+    SELECT * INTO c FROM ttl.column_policy cp WHERE cp.relid = tbl AND cp.attnum = ttl._attnum(tbl, column_name, 'column');
     IF NOT FOUND THEN
         RAISE EXCEPTION 'column "%" of table % has no TTL', column_name, tbl USING ERRCODE = 'undefined_object';
     END IF;
-    PERFORM pg_notify('pg_ttl', tbl::text);
+    PERFORM ttl._apply_column_change(c, NULL);
 END
 $fn$;
 

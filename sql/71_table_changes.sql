@@ -1,106 +1,139 @@
 -- Changes pg_ttl makes to users' tables when their TTL policies change: the
--- added columns, DEFAULTs and triggers of per-row and column TTL, kept in step
--- with the catalog by triggers on ttl.policy and ttl.column_policy.
+-- added columns, DEFAULTs and triggers of per-row and column TTL, and strict
+-- visibility's row security and view. The SQL API makes every change through
+-- ttl._apply_change / ttl._apply_column_change; the triggers on the catalog
+-- only validate, and refuse a direct write that would need the table to change
+-- (sql/10_validate.sql).
 
--- Entering or leaving per-row mode, and the strict flag's bookkeeping. Runs
--- before the validation trigger ("a_" sorts first), so validation sees the
--- final row. Adding columns here is safe: a failed validation rolls them back.
-CREATE OR REPLACE FUNCTION ttl._policy_row_mode() RETURNS trigger
+-- Entering or leaving per-row mode, and the strict flag's bookkeeping: the
+-- policy row as it will be stored. Adding columns here is safe: a failed
+-- validation rolls them back.
+CREATE OR REPLACE FUNCTION ttl._row_mode(old_p ttl.policy, new_p ttl.policy) RETURNS ttl.policy
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    tbl regclass := NEW.relid::regclass;
+    tbl regclass := new_p.relid::regclass;
     managed text;
     col name;
 BEGIN
-    NEW := ttl._fill_defaults(NEW);
-    NEW.strict_enabled_rls := coalesce(NEW.strict_enabled_rls, false);
+    new_p := ttl._fill_defaults(new_p);
+    new_p.strict_enabled_rls := coalesce(new_p.strict_enabled_rls, false);
 
-    IF NEW.row_expiry_attnum IS NOT NULL THEN
-        managed := format('%I', ttl._attname(NEW.relid, NEW.row_expiry_attnum));
-        IF NEW.ttl_attnum IS NOT NULL OR NEW.expiration_expression IS DISTINCT FROM managed
-           OR NEW.expire_after IS NULL THEN
-            -- Leaving per-row mode: the columns go in the AFTER trigger.
-            IF NEW.expiration_expression IS NOT DISTINCT FROM managed OR NEW.expiration_expression IS NULL THEN
-                NEW.expiration_expression := NULL;
+    IF new_p.row_expiry_attnum IS NOT NULL THEN
+        managed := format('%I', ttl._attname(new_p.relid, new_p.row_expiry_attnum));
+        IF new_p.ttl_attnum IS NOT NULL OR new_p.expiration_expression IS DISTINCT FROM managed
+           OR new_p.expire_after IS NULL THEN
+            -- Leaving per-row mode: ttl._apply_change drops the columns.
+            IF new_p.expiration_expression IS NOT DISTINCT FROM managed OR new_p.expiration_expression IS NULL THEN
+                new_p.expiration_expression := NULL;
             END IF;
-            NEW.row_expiry_attnum := NULL;
-            NEW.row_write_attnum := NULL;
+            new_p.row_expiry_attnum := NULL;
+            new_p.row_write_attnum := NULL;
         END IF;
     END IF;
 
-    IF NEW.row_expiry_attnum IS NULL AND NEW.ttl_attnum IS NULL AND NEW.expiration_expression IS NULL
-       AND NEW.expire_after IS NOT NULL AND NEW.expire_after > interval '0' THEN
+    IF ttl._enters_row_mode(new_p) THEN
         PERFORM ttl._check_table(tbl);
         -- Entering per-row mode. Existing rows get a non-volatile default's
         -- "missing value" (no table rewrite): they expire expire_after from now.
-        IF TG_OP = 'UPDATE' AND OLD.row_expiry_attnum IS NOT NULL
-           AND ttl._attname(NEW.relid, OLD.row_expiry_attnum) IS NOT NULL THEN
-            NEW.row_expiry_attnum := OLD.row_expiry_attnum;
-            NEW.row_write_attnum := OLD.row_write_attnum;
+        IF old_p.row_expiry_attnum IS NOT NULL AND ttl._attname(new_p.relid, old_p.row_expiry_attnum) IS NOT NULL THEN
+            new_p.row_expiry_attnum := old_p.row_expiry_attnum;
+            new_p.row_write_attnum := old_p.row_write_attnum;
         ELSE
             col := ttl._added_column_name(tbl, 'ttl_expires_at');
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT %s', tbl, col,
-                           ttl._expiry_default_sql(NEW.expire_after, NEW.value_ttl_overrides_table_ttl));
-            NEW.row_expiry_attnum := ttl._attnum(tbl, col, 'column');
+                           ttl._expiry_default_sql(new_p.expire_after, new_p.value_ttl_overrides_table_ttl));
+            new_p.row_expiry_attnum := ttl._attnum(tbl, col, 'column');
             col := ttl._added_column_name(tbl, 'ttl_written_at');
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT pg_catalog.now()', tbl, col);
-            NEW.row_write_attnum := ttl._attnum(tbl, col, 'column');
+            new_p.row_write_attnum := ttl._attnum(tbl, col, 'column');
         END IF;
-        NEW.expiration_expression := format('%I', ttl._attname(NEW.relid, NEW.row_expiry_attnum));
+        new_p.expiration_expression := format('%I', ttl._attname(new_p.relid, new_p.row_expiry_attnum));
     END IF;
 
-    IF NEW.strict_visibility AND (TG_OP = 'INSERT' OR NOT OLD.strict_visibility) THEN
+    IF new_p.strict_visibility AND NOT coalesce(old_p.strict_visibility, false) THEN
         -- Remember whether pg_ttl turned row security on, to turn it off again.
-        NEW.strict_enabled_rls := NOT (SELECT relrowsecurity FROM pg_class WHERE oid = NEW.relid);
-    ELSIF NOT NEW.strict_visibility THEN
-        NEW.strict_enabled_rls := false;
+        new_p.strict_enabled_rls := NOT (SELECT relrowsecurity FROM pg_class WHERE oid = new_p.relid);
+    ELSIF NOT new_p.strict_visibility THEN
+        new_p.strict_enabled_rls := false;
     END IF;
-    RETURN NEW;
+    RETURN new_p;
 END
 $fn$;
 
--- Column policies: resolve relative_to and add the tracking column.
-CREATE OR REPLACE FUNCTION ttl._column_policy_mode() RETURNS trigger
+-- "ttl_expire_after" alone (no column, no expression): per-row TTL, which
+-- needs the columns pg_ttl adds.
+CREATE OR REPLACE FUNCTION ttl._enters_row_mode(p ttl.policy) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT p.row_expiry_attnum IS NULL AND p.ttl_attnum IS NULL AND p.expiration_expression IS NULL
+       AND p.expire_after IS NOT NULL AND p.expire_after > interval '0'
+$fn$;
+
+-- Whether going from old_p to new_p (either NULL: no policy) changes the
+-- user's table: its added columns, their DEFAULTs and triggers, row security.
+CREATE OR REPLACE FUNCTION ttl._changes_table(old_p ttl.policy, new_p ttl.policy) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT (old_p.row_expiry_attnum IS NOT NULL OR coalesce(old_p.strict_visibility, false)
+            OR new_p.row_expiry_attnum IS NOT NULL OR coalesce(new_p.strict_visibility, false)
+            OR (new_p.relid IS NOT NULL AND ttl._enters_row_mode(new_p)))
+       AND (old_p.relid IS NULL OR new_p.relid IS NULL
+            OR (old_p.ttl_attnum, old_p.expiration_expression, old_p.expire_after, old_p.unit,
+                old_p.row_expiry_attnum, old_p.strict_visibility, old_p.value_ttl_overrides_table_ttl)
+               IS DISTINCT FROM
+               (new_p.ttl_attnum, new_p.expiration_expression, new_p.expire_after, new_p.unit,
+                new_p.row_expiry_attnum, new_p.strict_visibility, new_p.value_ttl_overrides_table_ttl))
+$fn$;
+
+-- Column policies: what relative_to resolves to (unset: the table's TTL base
+-- when it has one, else the value's own write time).
+CREATE OR REPLACE FUNCTION ttl._column_base(tbl oid, relative_to text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+BEGIN
+    IF relative_to IS NOT NULL THEN
+        RETURN relative_to;
+    END IF;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    RETURN CASE WHEN FOUND AND ttl._base_sql(p) IS NOT NULL THEN 'row' ELSE 'write' END;
+END
+$fn$;
+
+-- A column policy as it will be stored: relative_to resolved, and for
+-- 'write' the tracking column added (kept when it already exists).
+CREATE OR REPLACE FUNCTION ttl._column_mode(old_c ttl.column_policy, new_c ttl.column_policy)
+RETURNS ttl.column_policy
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    tbl regclass := NEW.relid::regclass;
-    p ttl.policy;
+    tbl regclass := new_c.relid::regclass;
     col name;
 BEGIN
-    SELECT * INTO p FROM ttl.policy WHERE relid = NEW.relid;
-    IF NEW.relative_to IS NULL THEN
-        -- Default: the table's TTL base when it has one, else the value's write time.
-        NEW.relative_to := CASE WHEN FOUND AND ttl._base_sql(p) IS NOT NULL THEN 'row' ELSE 'write' END;
-    END IF;
-    IF NEW.relative_to NOT IN ('row', 'write') THEN
-        RAISE EXCEPTION 'column TTL of table %: relative_to must be row or write, got "%"', tbl, NEW.relative_to
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.relative_to = 'row' AND (p.relid IS NULL OR ttl._base_sql(p) IS NULL) THEN
-        RAISE EXCEPTION 'column TTL of table %: relative_to = row needs a table TTL with "ttl_column" or per-row TTL', tbl
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use relative_to => ''write'' (from the value''s own write time).';
-    END IF;
-    IF NEW.relative_to = 'write' THEN
-        IF TG_OP = 'UPDATE' AND OLD.track_attnum IS NOT NULL AND ttl._attname(NEW.relid, OLD.track_attnum) IS NOT NULL THEN
-            NEW.track_attnum := OLD.track_attnum;
-        ELSE
+    new_c.relative_to := ttl._column_base(new_c.relid, new_c.relative_to);
+    IF new_c.relative_to = 'write' THEN
+        IF old_c.track_attnum IS NOT NULL AND ttl._attname(new_c.relid, old_c.track_attnum) IS NOT NULL THEN
+            new_c.track_attnum := old_c.track_attnum;
+        ELSIF new_c.track_attnum IS NULL THEN
             PERFORM ttl._check_table(tbl);
-            col := ttl._added_column_name(tbl, 'ttl_cell_' || ttl._attname(NEW.relid, NEW.attnum));
+            PERFORM ttl._attnum(tbl, ttl._attname(new_c.relid, new_c.attnum), 'column');
+            col := ttl._added_column_name(tbl, 'ttl_cell_' || ttl._attname(new_c.relid, new_c.attnum));
             -- The missing value for existing rows: tracked from now.
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I tstzrange DEFAULT pg_catalog.tstzrange(pg_catalog.now(), %s, %L)',
-                           tbl, col, ttl._expiry_default_sql(NEW.expire_after, true),
-                           '[)');
-            NEW.track_attnum := ttl._attnum(tbl, col, 'column');
+                           tbl, col, ttl._expiry_default_sql(new_c.expire_after, true), '[)');
+            new_c.track_attnum := ttl._attnum(tbl, col, 'column');
         END IF;
     ELSE
-        NEW.track_attnum := NULL;
+        new_c.track_attnum := NULL;
     END IF;
-    RETURN NEW;
+    RETURN new_c;
 END
 $fn$;
 
@@ -172,86 +205,125 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION ttl._policy_after() RETURNS trigger
+
+-- The one way a table's policy changes (old_p or new_p NULL: it is created or
+-- removed): the row as it will be stored, the catalog write (validated by its
+-- trigger), then the user's table brought in step, only if what it carries
+-- changes (ALTER TABLE locks it).
+CREATE OR REPLACE FUNCTION ttl._apply_change(old_p ttl.policy, new_p ttl.policy) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    tbl oid := CASE WHEN TG_OP = 'DELETE' THEN OLD.relid ELSE NEW.relid END;
+    tbl oid := coalesce(new_p.relid, old_p.relid);
 BEGIN
-    -- Only what changes expiry touches the user's table (ALTER TABLE locks it).
-    IF TG_OP = 'UPDATE'
-       AND (OLD.ttl_attnum, OLD.expiration_expression, OLD.expire_after, OLD.unit, OLD.row_expiry_attnum,
-            OLD.strict_visibility, OLD.value_ttl_overrides_table_ttl)
-           IS NOT DISTINCT FROM
-           (NEW.ttl_attnum, NEW.expiration_expression, NEW.expire_after, NEW.unit, NEW.row_expiry_attnum,
-            NEW.strict_visibility, NEW.value_ttl_overrides_table_ttl) THEN
-        RETURN NULL;
+    IF new_p.relid IS NOT NULL THEN
+        new_p := ttl._row_mode(old_p, new_p);
     END IF;
-    IF TG_OP = 'INSERT' AND NEW.row_expiry_attnum IS NULL AND NOT NEW.strict_visibility
-       AND NOT EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = tbl) THEN
-        RETURN NULL;
+    -- Tells the catalog's validation that this write comes with its table change.
+    PERFORM set_config('ttl.applying_change', tbl::text, true);
+    IF new_p.relid IS NULL THEN
+        DELETE FROM ttl.policy WHERE relid = tbl;
+    ELSIF old_p.relid IS NULL THEN
+        INSERT INTO ttl.policy SELECT new_p.*;
+    ELSE
+        -- Every column of the row, whatever options exist.
+        EXECUTE format('UPDATE ttl.policy SET (%1$s) = (SELECT %1$s FROM (SELECT ($1).*) AS n) WHERE relid = $2',
+                       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                          FROM pg_attribute a
+                         WHERE a.attrelid = 'ttl.policy'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+                           AND a.attname <> 'relid'))
+            USING new_p, tbl;
     END IF;
-    -- Strict objects first: they may read the columns about to go.
-    IF TG_OP = 'DELETE' THEN
-        PERFORM ttl._strict_sync(tbl);
-    END IF;
-    IF TG_OP <> 'INSERT' AND OLD.row_expiry_attnum IS NOT NULL
-       AND (TG_OP = 'DELETE' OR NEW.row_expiry_attnum IS NULL) THEN
+    PERFORM set_config('ttl.applying_change', '', true);
+
+    IF ttl._changes_table(old_p, new_p) THEN
+        IF new_p.relid IS NULL THEN
+            PERFORM ttl._strict_sync(tbl);  -- strict objects first: they may read the columns about to go
+        END IF;
+        IF old_p.row_expiry_attnum IS NOT NULL AND (new_p.relid IS NULL OR new_p.row_expiry_attnum IS NULL) THEN
+            PERFORM ttl._sync_table(tbl);
+            PERFORM ttl._drop_added_column(tbl, old_p.row_expiry_attnum);
+            PERFORM ttl._drop_added_column(tbl, old_p.row_write_attnum);
+        END IF;
         PERFORM ttl._sync_table(tbl);
-        PERFORM ttl._drop_added_column(tbl, OLD.row_expiry_attnum);
-        PERFORM ttl._drop_added_column(tbl, OLD.row_write_attnum);
     END IF;
-    PERFORM ttl._sync_table(tbl);
-    RETURN NULL;
+    -- Wake up workers (they also poll).
+    PERFORM pg_notify('pg_ttl', tbl::regclass::text);
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION ttl._column_policy_after() RETURNS trigger
+-- The same for a column policy.
+CREATE OR REPLACE FUNCTION ttl._apply_column_change(old_c ttl.column_policy, new_c ttl.column_policy) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    tbl oid := CASE WHEN TG_OP = 'DELETE' THEN OLD.relid ELSE NEW.relid END;
+    tbl oid := coalesce(new_c.relid, old_c.relid);
+    n smallint := coalesce(new_c.attnum, old_c.attnum);
 BEGIN
-    PERFORM ttl._sync_table(tbl);
-    IF TG_OP <> 'INSERT' AND OLD.track_attnum IS NOT NULL
-       AND (TG_OP = 'DELETE' OR NEW.track_attnum IS DISTINCT FROM OLD.track_attnum) THEN
-        PERFORM ttl._drop_added_column(tbl, OLD.track_attnum);
+    IF new_c.relid IS NOT NULL THEN
+        new_c := ttl._column_mode(old_c, new_c);
     END IF;
-    RETURN NULL;
+    PERFORM set_config('ttl.applying_change', tbl::text, true);
+    IF new_c.relid IS NULL THEN
+        DELETE FROM ttl.column_policy WHERE relid = tbl AND attnum = n;
+    ELSIF old_c.relid IS NULL THEN
+        INSERT INTO ttl.column_policy SELECT new_c.*;
+    ELSE
+        UPDATE ttl.column_policy SET expire_after = new_c.expire_after, relative_to = new_c.relative_to,
+                                     track_attnum = new_c.track_attnum
+         WHERE relid = tbl AND attnum = n;
+    END IF;
+    PERFORM set_config('ttl.applying_change', '', true);
+
+    PERFORM ttl._sync_table(tbl);
+    IF old_c.track_attnum IS NOT NULL AND (new_c.relid IS NULL OR new_c.track_attnum IS DISTINCT FROM old_c.track_attnum) THEN
+        PERFORM ttl._drop_added_column(tbl, old_c.track_attnum);
+    END IF;
+    PERFORM pg_notify('pg_ttl', tbl::regclass::text);
 END
 $fn$;
 
-DROP TRIGGER IF EXISTS a_row_ttl ON ttl.policy;
-CREATE TRIGGER a_row_ttl BEFORE INSERT OR UPDATE ON ttl.policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._policy_row_mode();
-DROP TRIGGER IF EXISTS z_row_ttl_sync ON ttl.policy;
-CREATE TRIGGER z_row_ttl_sync AFTER INSERT OR UPDATE OR DELETE ON ttl.policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._policy_after();
-DROP TRIGGER IF EXISTS a_row_ttl ON ttl.column_policy;
-CREATE TRIGGER a_row_ttl BEFORE INSERT OR UPDATE ON ttl.column_policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._column_policy_mode();
-DROP TRIGGER IF EXISTS z_row_ttl_sync ON ttl.column_policy;
-CREATE TRIGGER z_row_ttl_sync AFTER INSERT OR UPDATE OR DELETE ON ttl.column_policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._column_policy_after();
+-- Set a column's TTL (relative_to NULL: keep the current base, or pick the
+-- default for a new one).
+CREATE OR REPLACE FUNCTION ttl._set_column_policy(tbl regclass, column_name name, expire_after interval,
+                                                  relative_to text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    old_c ttl.column_policy;
+    new_c ttl.column_policy;
+BEGIN
+    PERFORM ttl._check_table(tbl);
+    new_c.relid := tbl;
+    new_c.attnum := ttl._attnum(tbl, column_name, 'column');
+    SELECT * INTO old_c FROM ttl.column_policy c WHERE c.relid = tbl AND c.attnum = new_c.attnum;
+    IF FOUND THEN
+        new_c := old_c;
+    ELSE
+        new_c.atttypid := 0;
+        new_c.created_at := now();
+        new_c.updated_at := now();
+    END IF;
+    new_c.expire_after := expire_after;
+    IF relative_to IS NOT NULL THEN
+        new_c.relative_to := lower(btrim(relative_to));
+        IF new_c.relative_to IS DISTINCT FROM old_c.relative_to THEN
+            new_c.track_attnum := NULL;
+        END IF;
+    END IF;
+    PERFORM ttl._apply_column_change(old_c, new_c);
+END
+$fn$;
 
 -- Column TTL with an explicit base: 'row' (the table's TTL column, or the
 -- write time of a per-row TTL table) or 'write' (the value's own write time).
 CREATE OR REPLACE FUNCTION ttl.enable_column(tbl regclass, column_name name, expire_after interval,
                                              relative_to text) RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    n smallint;
-BEGIN
-    PERFORM ttl._check_table(tbl);
-    n := ttl._attnum(tbl, column_name, 'column');
-    INSERT INTO ttl.column_policy (relid, attnum, atttypid, expire_after, relative_to)
-    VALUES (tbl, n, 0, expire_after, lower(btrim(relative_to)))
-    ON CONFLICT (relid, attnum) DO UPDATE SET expire_after = EXCLUDED.expire_after,
-                                              relative_to = EXCLUDED.relative_to;
-    PERFORM pg_notify('pg_ttl', tbl::text);
-END
+    SELECT ttl._set_column_policy(tbl, column_name, expire_after, relative_to)
 $fn$;
