@@ -1,0 +1,189 @@
+-- Run history, shared by the Python engine (pg-ttl run, the worker) and
+-- CALL ttl.run() (sql/55_run_procedure.sql): a run's and a unit's start and end,
+-- totals, the last run of each table, retention, closing runs whose session
+-- died, taking over a unit's checkpoint, and the per-unit claim key.
+
+-- A run's totals, summed from its units: the one definition behind a finished
+-- run's counters (ttl._finish_run) and the live ones of ttl.last_run.
+CREATE OR REPLACE FUNCTION ttl._run_totals(run bigint,
+    OUT rows_selected bigint, OUT rows_deleted bigint, OUT partitions_dropped integer,
+    OUT partitions_detached integer, OUT units integer, OUT units_not_ok integer,
+    OUT units_failed integer, OUT units_skipped integer, OUT first_error text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(sum(x.rows_selected), 0)::int8,
+           coalesce(sum(x.rows_deleted), 0)::int8,
+           (count(*) FILTER (WHERE x.action = 'drop' AND x.status = 'ok'))::int4,
+           (count(*) FILTER (WHERE x.action = 'detach' AND x.status = 'ok'))::int4,
+           count(*)::int4,
+           (count(*) FILTER (WHERE x.status <> 'ok'))::int4,
+           (count(*) FILTER (WHERE x.status = 'failed'))::int4,
+           (count(*) FILTER (WHERE x.status = 'skipped'))::int4,
+           (array_agg(x.error ORDER BY x.started_at) FILTER (WHERE x.status = 'failed'))[1]
+      FROM ttl.run_unit x
+     WHERE x.run_id = run
+$fn$;
+
+-- A run ends: its counters are its units' totals; `run_status` NULL judges the
+-- status from the units (a failed unit fails the run, all skipped is 'busy',
+-- any other unit not ok makes it 'partial'). Returns the status recorded.
+-- Runs with the caller's rights: only the table's owners may write its history.
+CREATE OR REPLACE FUNCTION ttl._finish_run(run bigint, run_status text, run_error text) RETURNS text
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    UPDATE ttl.run r
+       SET finished_at = clock_timestamp(),
+           status = coalesce(run_status, CASE WHEN t.units_failed > 0 THEN 'failed'
+                                              WHEN t.units > 0 AND t.units_skipped = t.units THEN 'busy'
+                                              WHEN t.units_not_ok > 0 THEN 'partial'
+                                              ELSE 'ok' END),
+           error = CASE WHEN run_status IS NULL AND t.units_failed > 0 THEN t.first_error ELSE run_error END,
+           rows_selected = t.rows_selected, rows_deleted = t.rows_deleted,
+           partitions_dropped = t.partitions_dropped, partitions_detached = t.partitions_detached
+      FROM ttl._run_totals(run) t
+     WHERE r.run_id = run
+    RETURNING r.status
+$fn$;
+
+-- A unit starts: its row in the run's history, for the Python engine and
+-- CALL ttl.run() alike. The checkpoint it resumes from is both its first
+-- checkpoint (a run killed before its first range keeps it) and, for the
+-- record, where it started (resumed_from).
+CREATE OR REPLACE FUNCTION ttl._start_unit(run bigint, unit oid, unit_name text, action text, strategy text,
+                                           resume jsonb) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, checkpoint, resumed_from)
+    VALUES (run, unit, unit_name, action, strategy, resume, resume)
+$fn$;
+
+-- A unit ends. A unit done ('ok') or not ours to do ('skipped') has nothing
+-- left to resume; any other keeps its checkpoint for the next run.
+CREATE OR REPLACE FUNCTION ttl._finish_unit(run bigint, unit oid, unit_status text, unit_error text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    UPDATE ttl.run_unit
+       SET status = unit_status, error = unit_error, finished_at = clock_timestamp(),
+           checkpoint = CASE WHEN unit_status IN ('ok', 'skipped') THEN NULL ELSE checkpoint END
+     WHERE run_id = run AND unit_relid = unit
+$fn$;
+
+-- A unit the run leaves without starting it (another run is on it, it was
+-- dropped, it is done for this cutoff): recorded, with the reason.
+CREATE OR REPLACE FUNCTION ttl._skip_unit(run bigint, unit oid, unit_name text, reason text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, status, error, finished_at)
+    VALUES (run, unit, unit_name, 'skip', 'skipped', reason, clock_timestamp())
+$fn$;
+
+-- The last run of every table, with the totals of its units (exact even for a
+-- run still going: unit counters commit with the rows they count).
+CREATE OR REPLACE VIEW ttl.last_run AS
+SELECT r.relid,
+       r.table_name,
+       r.run_id,
+       r.worker,
+       r.cutoff,
+       r.started_at,
+       r.finished_at,
+       r.finished_at - r.started_at AS duration,
+       r.status,
+       t.rows_selected,
+       t.rows_deleted,
+       t.partitions_dropped::bigint AS partitions_dropped,
+       t.partitions_detached::bigint AS partitions_detached,
+       t.units::bigint AS units,
+       t.units_not_ok::bigint AS units_not_ok,
+       r.error
+  FROM (SELECT DISTINCT ON (relid) * FROM ttl.run ORDER BY relid, run_id DESC) r
+ CROSS JOIN LATERAL ttl._run_totals(r.run_id) t;
+
+GRANT SELECT ON ttl.last_run TO PUBLIC;
+
+-- Runs older than the history_retention setting go, except each table's latest.
+-- SECURITY DEFINER: history rows are writable by their table's owners only
+-- (row security), and retention is a global setting; it deletes nothing else.
+CREATE OR REPLACE FUNCTION ttl.prune_history() RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    n bigint;
+BEGIN
+    DELETE FROM ttl.run r
+     WHERE r.started_at < now() - coalesce((SELECT s.value::interval FROM ttl.settings s
+                                             WHERE s.name = 'history_retention'), interval '30 days')
+       AND r.run_id <> (SELECT max(l.run_id) FROM ttl.run l WHERE l.relid = r.relid);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+
+-- Runs whose server session is gone (killed worker, killed CALL ttl.run(),
+-- server restart) are closed as 'interrupted', with their units and the sums
+-- of what they did; their checkpoints stay for the next run to resume from.
+-- Every pass calls it first. SECURITY DEFINER: the verdict rests on the
+-- server's own session list, not on the caller; it closes nothing alive.
+CREATE OR REPLACE FUNCTION ttl.close_dead_runs() RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    n integer;
+    dead record;
+BEGIN
+    n := 0;
+    FOR dead IN
+        SELECT r.run_id, r.error FROM ttl.run r
+         WHERE r.status = 'running'
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                            WHERE a.pid = r.backend_pid AND a.backend_start IS NOT DISTINCT FROM r.backend_start)
+           FOR UPDATE OF r SKIP LOCKED
+    LOOP
+        UPDATE ttl.run_unit u SET status = 'interrupted', finished_at = coalesce(u.finished_at, clock_timestamp())
+         WHERE u.status = 'running' AND u.run_id = dead.run_id;
+        PERFORM ttl._finish_run(dead.run_id, 'interrupted',
+                                coalesce(dead.error, 'the session running it ended before it finished'));
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$fn$;
+
+-- Take over a unit (the caller holds its claim): unfinished unit rows of
+-- earlier runs are closed and the latest checkpoint among them is returned, to
+-- resume from (NULL: start from the beginning). Runs with the caller's rights:
+-- row security lets only the table's owners read-and-clear checkpoints.
+CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    found jsonb;
+BEGIN
+    SELECT u.checkpoint INTO found FROM ttl.run_unit u
+     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL
+     ORDER BY u.run_id DESC LIMIT 1;
+    UPDATE ttl.run_unit u SET status = CASE WHEN u.status = 'running' THEN 'interrupted' ELSE u.status END,
+           finished_at = coalesce(u.finished_at, clock_timestamp()), checkpoint = NULL
+     WHERE u.unit_relid = unit AND (u.status = 'running' OR u.checkpoint IS NOT NULL);
+    RETURN found;
+END
+$fn$;
+
+-- Advisory lock key of a unit, the same as pg_ttl.expire.claims.key().
+CREATE OR REPLACE FUNCTION ttl._claim_key(unit oid) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT (x'74746C00'::bigint << 32) | unit::bigint
+$fn$;

@@ -1,0 +1,250 @@
+-- One expiration pass, server side, for pg_cron:
+--     CALL ttl.run();              -- every policy whose table the caller may act for
+--     CALL ttl.run('events');      -- one table
+-- Deletes row by row by ctid block ranges (delete_batch_size rows per
+-- transaction, COMMIT in between), re-checking expiry in every statement;
+-- a range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
+-- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
+-- expressions and triggers never run with the caller's rights; tables whose
+-- owner the caller is not a member of are left alone (a WARNING names them).
+-- A unit resumes from the checkpoint an interrupted run left (this procedure's
+-- or pg-ttl's, ctid ranges). A lock held on one partition fails only that unit.
+-- Whole-partition drop/detach is done by pg-ttl run / the worker only.
+-- Must be called outside an explicit transaction block (it commits).
+-- No SET clause: a procedure with one cannot COMMIT; settings it needs are
+-- set for the session and put back at the end.
+CREATE OR REPLACE PROCEDURE ttl.run(tbl regclass DEFAULT NULL, cutoff timestamptz DEFAULT NULL)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    old_path text := pg_catalog.current_setting('search_path');
+    old_tz text := pg_catalog.current_setting('TimeZone');
+    old_lock text := pg_catalog.current_setting('lock_timeout');
+    old_stmt text := pg_catalog.current_setting('statement_timeout');
+    lock_t text;
+    row_lock_t text;
+    p record;
+    leaf record;
+    pred text;
+    run bigint;
+    cp jsonb;
+    nblocks bigint;
+    step bigint;
+    b bigint;
+    n bigint;
+    unit_status text;
+    unit_error text;
+    group_start timestamptz;
+    group_n bigint;
+    unit_start timestamptz;
+    unit_n bigint;
+    rate bigint;
+    max_step bigint;
+BEGIN
+    -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows only on the primary'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF tbl IS NOT NULL THEN
+        -- Checked before anything is recorded: a refused call leaves no trace.
+        IF NOT EXISTS (SELECT 1 FROM ttl.policy WHERE relid = tbl) THEN
+            RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object',
+                HINT = 'Enable one with ttl.enable().';
+        END IF;
+        IF NOT pg_catalog.pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = tbl),
+                                      'MEMBER') THEN
+            RAISE EXCEPTION 'must be a member of the owner of table % to expire its rows', tbl
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'The engine acts as the table''s owner; run it as the owner or a member of its role.';
+        END IF;
+    END IF;
+    IF cutoff IS NULL THEN
+        cutoff := pg_catalog.now();  -- once per run
+    ELSIF cutoff > pg_catalog.now() THEN
+        RAISE EXCEPTION 'cutoff % is later than the server clock: rows would go early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM ttl.close_dead_runs();
+    SELECT value INTO lock_t FROM ttl.settings WHERE name = 'lock_timeout';
+    SELECT value INTO row_lock_t FROM ttl.settings WHERE name = 'row_lock_timeout';
+    PERFORM pg_catalog.set_config('TimeZone', 'UTC', false),
+            pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), false),
+            pg_catalog.set_config('statement_timeout',
+                                  coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), '30s'),
+                                  false);
+    COMMIT;
+    -- names as the Python engine records them: schema-qualified outside public
+    FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, po.select_batch_size, po.delete_rate_limit,
+                    po.select_rate_limit, c.relkind, n.nspname,
+                    pg_catalog.pg_get_userbyid(c.relowner) AS owner,
+                    CASE WHEN n.nspname = 'public' THEN c.relname::text ELSE n.nspname || '.' || c.relname END AS name
+               FROM ttl.policy po
+               JOIN pg_catalog.pg_class c ON c.oid = po.relid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE tbl IS NULL OR po.relid = tbl
+              ORDER BY n.nspname, c.relname
+    LOOP
+        IF NOT pg_catalog.pg_has_role(current_user, p.owner, 'MEMBER') THEN
+            RAISE WARNING 'table % skipped: % is not a member of its owner %', p.name, current_user, p.owner
+                USING HINT = 'Run ttl.run() as the owner, or GRANT the owner role to this one.';
+            CONTINUE;
+        END IF;
+        -- Every transaction below acts as the owner (a local setting: a COMMIT or
+        -- an error ends it, so the caller's session never keeps the owner's role).
+        PERFORM pg_catalog.set_config('role', p.owner, true);
+        IF p.paused THEN
+            INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error, finished_at)
+            VALUES (p.relid, p.name, 'ttl.run()', cutoff, 'paused',
+                    format('paused (SELECT ttl.resume(%L) to resume)', p.name), pg_catalog.clock_timestamp());
+            COMMIT;
+            CONTINUE;
+        END IF;
+        SELECT e.expired INTO pred FROM ttl.expired_sql(p.relid, cutoff) e;
+        INSERT INTO ttl.run (relid, table_name, worker, cutoff) VALUES (p.relid, p.name, 'ttl.run()', cutoff)
+        RETURNING run_id INTO run;
+        COMMIT;
+        -- The leaves, read from pg_inherits: pg_partition_tree() would lock every
+        -- partition, and wait on one an application holds.
+        FOR leaf IN WITH RECURSIVE tree(oid) AS (
+                        SELECT p.relid
+                        UNION ALL
+                        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+                    SELECT c.oid, format('%I.%I', n.nspname, c.relname) AS rel,
+                           CASE WHEN n.nspname = 'public' THEN c.relname::text
+                                ELSE n.nspname || '.' || c.relname END AS name
+                      FROM tree
+                      JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE c.relkind = 'r'
+                     ORDER BY c.relname
+        LOOP
+            PERFORM pg_catalog.set_config('role', p.owner, true);
+            IF NOT pg_catalog.pg_try_advisory_lock(ttl._claim_key(leaf.oid)) THEN
+                PERFORM ttl._skip_unit(run, leaf.oid, leaf.name, 'busy: another run is working on it');
+                COMMIT;
+                CONTINUE;
+            END IF;
+            unit_status := 'ok';
+            unit_error := NULL;
+            cp := ttl.take_over_unit(leaf.oid);
+            IF cp->>'strategy' IS DISTINCT FROM 'ctid' THEN
+                cp := NULL;  -- key ranges are pg-ttl's; block ranges start over from block 0
+            END IF;
+            PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', 'ctid', cp);
+            COMMIT;
+            PERFORM pg_catalog.set_config('role', p.owner, true);
+            BEGIN
+                -- waits for a lock on the partition no longer than lock_timeout
+                nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
+                -- first range: delete_batch_size rows' worth of blocks; never more than
+                -- select_batch_size rows' worth, whatever the density seen so far
+                SELECT greatest(1, ceil(p.delete_batch_size / d.per_block))::bigint,
+                       greatest(1, ceil(p.select_batch_size / d.per_block))::bigint
+                  INTO step, max_step
+                  FROM pg_catalog.pg_class c,
+                       LATERAL (SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
+                                            THEN c.reltuples / c.relpages ELSE 100 END AS per_block) d
+                 WHERE c.oid = leaf.oid;
+            EXCEPTION WHEN lock_not_available OR query_canceled THEN
+                unit_status := 'timeout';
+                unit_error := SQLERRM;
+            END;
+            b := coalesce(pg_catalog.split_part(pg_catalog.btrim(cp->>'from', '()'), ',', 1)::bigint, 0);
+            IF cp IS NOT NULL THEN
+                nblocks := least(nblocks, (cp->>'end')::bigint);  -- rows that arrived since are the next run's
+            END IF;
+            -- Names in the expression resolve in pg_catalog first, then the table's schema.
+            PERFORM pg_catalog.set_config('search_path', ttl._table_search_path(p.relid), false);
+            -- Ranges are grouped into transactions of about 50 ms (as the Python
+            -- engine does), each committed with one update of the unit's counters
+            -- and checkpoint; a rate limit makes every range its own transaction
+            -- and waits between transactions. A range is sized from the expired
+            -- rows the last one held, toward delete_batch_size of them.
+            group_start := pg_catalog.clock_timestamp();
+            group_n := 0;
+            unit_start := group_start;
+            unit_n := 0;
+            rate := CASE WHEN p.delete_rate_limit > 0 AND p.select_rate_limit > 0
+                         THEN least(p.delete_rate_limit, p.select_rate_limit)
+                         ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
+            WHILE unit_status = 'ok' AND b < coalesce(nblocks, 0) LOOP
+                PERFORM pg_catalog.set_config('role', p.owner, true);
+                BEGIN
+                    PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
+                    EXECUTE format('WITH d AS (DELETE FROM ONLY %s WHERE ctid >= %L::tid AND ctid < %L::tid AND %s'
+                                   ' RETURNING 1) SELECT count(*) FROM d',
+                                   leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
+                EXCEPTION WHEN lock_not_available OR serialization_failure THEN
+                    -- an application holds a row (or moved it to another partition meanwhile):
+                    -- redo the range without waiting on row locks; locked rows wait for the next run
+                    BEGIN
+                        PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
+                        EXECUTE format('WITH d AS (DELETE FROM ONLY %1$s WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY %1$s'
+                                       ' WHERE ctid >= %2$L::tid AND ctid < %3$L::tid AND %4$s FOR UPDATE SKIP LOCKED))'
+                                       ' AND %4$s RETURNING 1) SELECT count(*) FROM d',
+                                       leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
+                    EXCEPTION WHEN serialization_failure THEN
+                        n := 0;  -- moved again meanwhile: left for the next run
+                        unit_error := 'rows moved to another partition during the run were left for the next run';
+                    WHEN lock_not_available OR query_canceled THEN
+                        unit_status := 'timeout';
+                        unit_error := SQLERRM;
+                    WHEN undefined_table THEN
+                        unit_status := 'skipped';
+                        unit_error := 'the partition was dropped during the run';
+                    END;
+                WHEN query_canceled THEN
+                    unit_status := 'timeout';
+                    unit_error := SQLERRM;
+                WHEN undefined_table THEN
+                    unit_status := 'skipped';
+                    unit_error := 'the partition was dropped during the run';
+                END;
+                EXIT WHEN unit_status <> 'ok';
+                b := b + step;
+                group_n := group_n + n;
+                unit_n := unit_n + n;
+                step := greatest(1, least(max_step, step * 4, (step * p.delete_batch_size) / greatest(n, 1)));
+                IF rate > 0 OR b >= nblocks
+                   OR pg_catalog.clock_timestamp() - group_start >= interval '50 milliseconds' THEN
+                    UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n,
+                           rows_deleted = rows_deleted + group_n,
+                           checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b),
+                                                           'end', nblocks)
+                     WHERE run_id = run AND unit_relid = leaf.oid;
+                    COMMIT;
+                    group_n := 0;
+                    IF rate > 0 THEN
+                        -- between transactions: the rows so far at `rate` rows/s
+                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
+                                                    pg_catalog.clock_timestamp() - unit_start)));
+                    END IF;
+                    group_start := pg_catalog.clock_timestamp();
+                END IF;
+            END LOOP;
+            IF group_n > 0 THEN
+                -- ranges deleted before the one that stopped the unit: counted, with their checkpoint
+                PERFORM pg_catalog.set_config('role', p.owner, true);
+                UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n, rows_deleted = rows_deleted + group_n,
+                       checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b), 'end', nblocks)
+                 WHERE run_id = run AND unit_relid = leaf.oid;
+            END IF;
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
+                    pg_catalog.set_config('role', p.owner, true);
+            PERFORM ttl._finish_unit(run, leaf.oid, unit_status, unit_error);
+            PERFORM pg_catalog.pg_advisory_unlock(ttl._claim_key(leaf.oid));
+            COMMIT;
+        END LOOP;
+        PERFORM pg_catalog.set_config('role', p.owner, true);
+        PERFORM ttl._finish_run(run, NULL, NULL);
+        COMMIT;
+    END LOOP;
+    PERFORM ttl.prune_history();
+    PERFORM pg_catalog.set_config('search_path', old_path, false),
+            pg_catalog.set_config('TimeZone', old_tz, false),
+            pg_catalog.set_config('lock_timeout', old_lock, false),
+            pg_catalog.set_config('statement_timeout', old_stmt, false);
+END
+$fn$;
