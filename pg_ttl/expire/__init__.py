@@ -7,12 +7,12 @@ Public API (used by the CLI, the worker and the bench):
 - ``oldest_expired(conn, relid)``: expiry time of the oldest expired row still present.
 """
 
-from pg_ttl.expire.context import ProgressListener, UnitContext, UnitResult
-from pg_ttl.expire.engine import UNIT_HOOKS, EngineError, TableResult, expire
+from pg_ttl.expire.context import ProgressListener, UnitContext
+from pg_ttl.expire.engine import EngineError, expire
 from pg_ttl.expire.plan import UnitPlan, oldest_expired, plan
+from pg_ttl.expire.results import TableResult, UnitResult
 
 __all__ = [
-    "UNIT_HOOKS",
     "EngineError",
     "ProgressListener",
     "TableResult",

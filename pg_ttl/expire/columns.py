@@ -6,9 +6,10 @@ in sql/70_row_ttl.sql): it takes at most ``delete_batch_size`` due rows
 value rewritten in between is kept and the engine never waits on an
 application's row lock. Rows that are not due are never written.
 
-Two entry points: a unit hook (tables with a table TTL: after a unit's expired
-rows are deleted, its expired values are nulled while the unit is still
-claimed) and :func:`expire_column_only` for tables that have column TTLs only.
+Two entry points: :func:`null_unit`, which the engine calls for tables with a
+table TTL (after a unit's expired rows are deleted, its expired values are
+nulled while the unit is still claimed), and :func:`expire_column_only` for
+tables that have column TTLs only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ import psycopg
 
 from pg_ttl.expire import claims, history
 from pg_ttl.expire.context import RateLimiter, UnitContext
-from pg_ttl.expire.engine import UNIT_HOOKS, TableResult
+from pg_ttl.expire.results import TableResult, UnitResult, error_text
 
 COLUMNS = """
 SELECT a.attname FROM ttl.column_policy cp
@@ -36,7 +37,7 @@ SELECT a.attname FROM ttl.column_policy cp
 NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s)"
 ACCOUNT = "UPDATE ttl.run_unit SET values_nulled = values_nulled + %s WHERE run_id = %s AND unit_relid = %s"
 ROW_ESTIMATE = "SELECT greatest(c.reltuples, 0)::int8 FROM pg_catalog.pg_class c WHERE c.oid = %s"
-# Tables with column TTLs and no table TTL (the unit hook covers the others).
+# Tables with column TTLs and no table TTL (the engine's units cover the others).
 COLUMN_ONLY = """
 SELECT DISTINCT cp.relid, n.nspname, c.relname
   FROM ttl.column_policy cp
@@ -60,15 +61,15 @@ SELECT t.relid::oid, n.nspname, c.relname
 """
 
 
-def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
+def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
                  cutoff: datetime, *, run_id: int | None = None, stop: threading.Event | None = None,
-                 limiter: RateLimiter | None = None) -> int:
-    """Null the expired values of every TTL'd column of one table or leaf partition.
+                 limiter: RateLimiter | None = None) -> Iterator[int]:
+    """Null the expired values of every TTL'd column of one table or leaf partition,
+    yielding the number of values changed by each committed batch.
 
-    Returns the number of values changed. ``conn`` is in autocommit mode: each
-    batch (and its accounting in ``ttl.run_unit``) is one short transaction.
+    ``conn`` is in autocommit mode: each batch (and its accounting in
+    ``ttl.run_unit``) is one short transaction.
     """
-    total = 0
     row = conn.execute(ROW_ESTIMATE, (unit_relid,)).fetchone()
     # A NOT NULL column whose volatile DEFAULT keeps it "different from the default"
     # would be picked again and again: a unit never needs more batches than rows.
@@ -76,30 +77,33 @@ def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
     for (column,) in conn.execute(COLUMNS, (table_relid,)).fetchall():
         for _ in range(max_batches):
             if stop is not None and stop.is_set():
-                return total
+                return
             with conn.transaction():
                 done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, batch_size, cutoff)).fetchone()
                 n = int(done[0]) if done else 0
                 if run_id is not None and n:
                     conn.execute(ACCOUNT, (n, run_id, unit_relid))
-            total += n
+            yield n
             if limiter is not None:
                 limiter.add(n)
             if n < batch_size:
                 break
-    return total
 
 
-def unit_hook(ctx: UnitContext) -> None:
-    """After a unit's expired rows are deleted: its expired column values."""
-    ctx.extra["values_nulled"] = null_expired(
-        ctx.conn, ctx.policy.relid, ctx.unit.relid, ctx.policy.delete_batch_size, ctx.pred.cutoff,
-        run_id=ctx.run_id, stop=ctx.stop, limiter=ctx.delete_limiter)
+def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
+                 cutoff: datetime, *, run_id: int | None = None, stop: threading.Event | None = None,
+                 limiter: RateLimiter | None = None) -> int:
+    """:func:`null_batches` to the end; returns the number of values changed."""
+    return sum(null_batches(conn, table_relid, unit_relid, batch_size, cutoff, run_id=run_id, stop=stop,
+                            limiter=limiter))
 
 
-def register() -> None:
-    if unit_hook not in UNIT_HOOKS:
-        UNIT_HOOKS.append(unit_hook)
+def null_unit(ctx: UnitContext) -> None:
+    """After a unit's expired rows are deleted: its expired column values, counted in
+    ``ctx.values_nulled`` batch by batch (exact even if a later batch fails)."""
+    for n in null_batches(ctx.conn, ctx.policy.relid, ctx.unit.relid, ctx.policy.delete_batch_size,
+                          ctx.pred.cutoff, run_id=ctx.run_id, stop=ctx.stop, limiter=ctx.delete_limiter):
+        ctx.values_nulled += n
 
 
 def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | None, cutoff: datetime,
@@ -107,32 +111,59 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
                        batch_size: int = 1000) -> list[TableResult]:
     """One pass over the tables that have column TTLs but no table TTL, partition by partition."""
     results: list[TableResult] = []
-    for relid, schema, relname in conn.execute(COLUMN_ONLY, (list(relids) if relids is not None else None,
-                                                             list(relids) if relids is not None else None)).fetchall():
+    ids = list(relids) if relids is not None else None
+    for relid, schema, relname in conn.execute(COLUMN_ONLY, (ids, ids)).fetchall():
+        if stop is not None and stop.is_set():
+            break
         name = f"{schema}.{relname}" if schema != "public" else str(relname)
         started = time.monotonic()
-        result = TableResult(name, history.start_run(conn, relid, name, worker, cutoff), "ok")
-        assert result.run_id is not None
-        for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
-            leaf_label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
-            if not claims.try_claim(conn, leaf):
-                history.start_unit(conn, result.run_id, leaf, leaf_label, "skip", None, None)
-                history.finish_unit(conn, result.run_id, leaf, "skipped", "busy: another run is working on it")
-                result.status = "partial"
-                continue
-            try:
-                history.start_unit(conn, result.run_id, leaf, leaf_label, "delete", None, None)
-                null_expired(conn, relid, leaf, batch_size, cutoff, run_id=result.run_id, stop=stop)
-                history.finish_unit(conn, result.run_id, leaf, "ok", None)
-            except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
-                history.finish_unit(conn, result.run_id, leaf, "timeout", str(exc).splitlines()[0])
-                result.status = "partial"
-            finally:
-                claims.release(conn, leaf)
-        history.finish_run(conn, result.run_id, result.status, None)
-        result.duration = time.monotonic() - started
+        run_id = history.start_run(conn, relid, name, worker, cutoff)
+        result = TableResult(name, run_id, "running")
+        try:
+            for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
+                label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
+                result.add(_null_leaf(conn, name, run_id, relid, leaf, label, batch_size, cutoff, stop))
+            # The database judges the run from its units (ttl._finish_run).
+            result.status = history.finish_run(conn, run_id, None)
+            if result.status == "failed":
+                result.error = result.first_failure()
+        except BaseException as exc:
+            if not conn.broken:
+                result.status, result.error = "failed", error_text(exc)
+                history.close_failed_run(conn, run_id, result.error)
+            raise
+        finally:
+            result.duration = time.monotonic() - started
         results.append(result)
     return results
 
 
-register()
+def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: int, leaf: int, label: str,
+               batch_size: int, cutoff: datetime, stop: threading.Event | None) -> UnitResult:
+    started = time.monotonic()
+    res = UnitResult(table, label, "delete", 0, 0, "ok", None, 0.0, relid=leaf)
+    if not claims.try_claim(conn, leaf):
+        res.action, res.status, res.error = "skip", "skipped", "busy: another run is working on it"
+        history.skip_unit(conn, run_id, leaf, label, res.error)
+        return res
+    try:
+        history.start_unit(conn, run_id, leaf, label, "delete", None, None)
+        for n in null_batches(conn, relid, leaf, batch_size, cutoff, run_id=run_id, stop=stop):
+            res.values_nulled += n
+        if stop is not None and stop.is_set():
+            res.status = "partial"
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+        res.status, res.error = "timeout", error_text(exc)
+    except psycopg.Error as exc:
+        if conn.broken:
+            raise
+        res.status, res.error = "failed", error_text(exc)
+    except BaseException as exc:
+        res.status, res.error = "failed", error_text(exc)
+        raise
+    finally:
+        if not conn.broken:
+            history.finish_unit(conn, run_id, leaf, res.status, res.error)
+            claims.release(conn, leaf)
+        res.duration = time.monotonic() - started
+    return res

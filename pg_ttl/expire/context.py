@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
 
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
+from pg_ttl.expire.results import UnitResult
 from pg_ttl.expire.units import Unit
-
-
-@dataclass
-class UnitResult:
-    """One leaf partition (or the table itself)."""
-
-    table: str
-    unit: str
-    action: str  # 'delete' | 'drop' | 'detach' | 'skip'
-    rows_selected: int
-    rows_deleted: int
-    status: str  # 'ok' | 'partial' | 'timeout' | 'failed' | 'skipped'
-    error: str | None
-    duration: float
-    strategy: str | None = None  # 'index' | 'ctid' for row deletion
-    relid: int | None = None
 
 
 class ProgressListener(Protocol):
@@ -102,9 +87,13 @@ class UnitContext:
     delete_limiter: RateLimiter
     stop: threading.Event | None = None
     checkpoint: dict[str, Any] | None = None
-    selected: int = 0
+    selected: int = 0  # rows, committed (rows.py)
     deleted: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    values_nulled: int = 0  # column values, committed (columns.py)
+    lock_timeout: str | None = None  # the session's lock_timeout when rows.py changed it
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
+
+
+__all__ = ["EngineSettings", "NullProgress", "ProgressListener", "RateLimiter", "UnitContext", "UnitResult"]

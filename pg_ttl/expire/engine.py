@@ -2,51 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, history, owner, partitions, rows
-from pg_ttl.expire.context import (
-    EngineSettings,
-    NullProgress,
-    ProgressListener,
-    RateLimiter,
-    UnitContext,
-    UnitResult,
-)
-from pg_ttl.expire.predicate import EnginePolicy, build_predicate, load_policies
+from pg_ttl.expire import claims, columns, history, owner, partitions, rows
+from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
+from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
+from pg_ttl.expire.results import TableResult, UnitResult, error_text
 from pg_ttl.expire.units import Unit, list_units
 
 
 class EngineError(Exception):
     """A condition a user can fix (standby, unknown table, not installed)."""
 
-
-@dataclass
-class TableResult:
-    table: str
-    run_id: int | None
-    status: str  # 'ok' | 'partial' | 'failed' | 'paused' | 'busy' | 'interrupted' (table dropped meanwhile)
-    units: list[UnitResult] = field(default_factory=list)
-    rows_selected: int = 0
-    rows_deleted: int = 0
-    partitions_dropped: int = 0
-    partitions_detached: int = 0
-    duration: float = 0.0
-    error: str | None = None
-
-
-# Extra work per row-deletion unit, run after its rows are deleted while the
-# unit is still claimed (column nulling registers itself here).
-UnitHook = Callable[[UnitContext], None]
-UNIT_HOOKS: list[UnitHook] = []
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -84,7 +59,7 @@ def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list
             with conn.transaction():
                 row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
         except psycopg.errors.InvalidName as exc:  # e.g. 'ev; DROP TABLE x': not a table name at all
-            raise EngineError(f'table argument "{name}" is not a valid table name: {_message(exc)}') from exc
+            raise EngineError(f'table argument "{name}" is not a valid table name: {error_text(exc)}') from exc
         if row is None or row[0] is None:
             raise EngineError(f'table "{name}" does not exist')
         if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s UNION ALL "
@@ -103,8 +78,6 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
     earlier one (tests, a cautious catch-up); never a later one: nothing is
     deleted before it expires.
     """
-    from pg_ttl.expire import columns  # column TTL: registers its unit hook (import here: it imports us)
-
     with connect(dsn) as conn:
         relids = resolve_tables(conn, tables) if tables is not None else None  # the user's search_path
         conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
@@ -132,13 +105,15 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> TableResult:
     """One table's run, done as the table's owner. Whatever goes wrong with this table
     (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
-    lost connection is raised."""
+    lost connection is raised. Any other exception (a bug) closes the run as failed,
+    with its text, before it goes on."""
     started = time.monotonic()
     result = TableResult(policy.name, None, "ok")
     try:
         owner.become(conn, policy.owner, policy.name, local=False)
     except owner.NotOwner as exc:
         result.status, result.error = "failed", str(exc)
+        result.duration = time.monotonic() - started
         return result
     try:
         if policy.paused:
@@ -149,27 +124,20 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         pred = build_predicate(conn, policy, cutoff)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
         result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
-        select_limiter = RateLimiter(policy.select_rate_limit, stop)
-        delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
-        for unit in list_units(conn, policy, pred):
-            if stop is not None and stop.is_set():
-                result.status = "partial"
-                break
-            ctx = UnitContext(conn, policy, pred, unit, result.run_id, settings, progress,
-                              select_limiter, delete_limiter, stop)
-            unit_result = run_unit(ctx)
-            result.units.append(unit_result)
-            progress.unit_finished(unit_result)
-        _summarise(result)
-        history.finish_run(conn, result.run_id, result.status, result.error)
+        _run_units(conn, policy, pred, result, result.run_id, settings, stop, progress)
     except (psycopg.Error, LookupError) as exc:
         if conn.broken:
             raise
-        result.status, result.error = "failed", _message(exc)
+        result.status, result.error = "failed", error_text(exc)
         if isinstance(exc, LookupError | errors.UndefinedTable):
             result.status, result.error = "interrupted", "the table was dropped or lost its TTL during the run"
         if result.run_id is not None:
             history.finish_run(conn, result.run_id, result.status, result.error)
+    except BaseException as exc:
+        if result.run_id is not None and not conn.broken:
+            result.status, result.error = "failed", error_text(exc)
+            history.close_failed_run(conn, result.run_id, result.error)
+        raise
     finally:
         if not conn.broken:
             conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
@@ -178,20 +146,37 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
     return result
 
 
-def _summarise(result: TableResult) -> None:
-    units = result.units
-    result.rows_selected = sum(u.rows_selected for u in units)
-    result.rows_deleted = sum(u.rows_deleted for u in units)
-    result.partitions_dropped = sum(1 for u in units if u.action == "drop" and u.status == "ok")
-    result.partitions_detached = sum(1 for u in units if u.action == "detach" and u.status == "ok")
-    statuses = {u.status for u in units}
-    if "failed" in statuses:
-        result.status = "failed"
-        result.error = next(u.error for u in units if u.status == "failed")
-    elif units and statuses == {"skipped"}:
-        result.status = "busy"
-    elif result.status == "ok" and statuses - {"ok"}:
-        result.status = "partial"
+STOPPED = "stopped: the pass was asked to stop before this unit; the next run does it"
+
+
+def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, result: TableResult,
+               run_id: int, settings: EngineSettings, stop: threading.Event | None,
+               progress: ProgressListener) -> None:
+    """The table's units, one after the other, then the run's end. The status is the one
+    the database records, judged from the units (ttl._finish_run)."""
+    select_limiter = RateLimiter(policy.select_rate_limit, stop)
+    delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
+    stopped_before: Unit | None = None
+    for unit in list_units(conn, policy, pred):
+        if stop is not None and stop.is_set():
+            stopped_before = unit
+            break
+        ctx = UnitContext(conn, policy, pred, unit, run_id, settings, progress, select_limiter, delete_limiter, stop)
+        unit_result = run_unit(ctx)
+        result.add(unit_result)
+        progress.unit_finished(unit_result)
+    if stopped_before is not None and not result.units:
+        # Stopped before its first unit: no unit to judge the run from.
+        result.status = history.finish_run(conn, run_id, "partial")
+        return
+    if stopped_before is not None:
+        # Where the pass stopped, in the history too: a unit not done makes the run partial.
+        history.skip_unit(conn, run_id, stopped_before.relid, stopped_before.name, STOPPED)
+        result.units.append(UnitResult(policy.name, stopped_before.name, "skip", 0, 0, "skipped", STOPPED, 0.0,
+                                       relid=stopped_before.relid))
+    result.status = history.finish_run(conn, run_id, None)
+    if result.status == "failed":
+        result.error = result.first_failure()
 
 
 # A unit finished by another run with the very same cutoff (workers sharing one
@@ -210,27 +195,26 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     unit, conn = ctx.unit, ctx.conn
     started = time.monotonic()
     res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
+    skipped = None
     if not claims.try_claim(conn, unit.relid):
-        res.action, res.status, res.error = "skip", "skipped", "busy: another run is working on it"
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
-        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
+        skipped = "busy: another run is working on it"
+    else:
+        # Workers sharing one scheduled round pass the same cutoff; a unit another
+        # run already finished up to this cutoff has nothing left (pg_ttl.worker).
+        done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
+                                              "run_id": ctx.run_id, "unit": unit.relid}).fetchone()
+        if done is not None:
+            skipped = f"done: run {done[0]} finished it for this cutoff"
+        elif conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
+            skipped = "the partition was dropped during the run"
+        if skipped is not None:
+            claims.release(conn, unit.relid)
+    if skipped is not None:
+        res.action, res.status, res.error = "skip", "skipped", skipped
+        history.skip_unit(conn, ctx.run_id, unit.relid, unit.name, skipped)
+        res.duration = time.monotonic() - started
         return res
-    # Workers sharing one scheduled round pass the same cutoff; a unit another
-    # run already finished up to this cutoff has nothing left (pg_ttl.worker).
-    done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
-                                          "run_id": ctx.run_id, "unit": unit.relid}).fetchone()
-    if done is not None:
-        claims.release(conn, unit.relid)
-        res.action, res.status, res.error = "skip", "skipped", f"done: run {done[0]} finished it for this cutoff"
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
-        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
-        return res
-    if conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
-        claims.release(conn, unit.relid)
-        res.action, res.status, res.error = "skip", "skipped", "the partition was dropped during the run"
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "skip", None, None)
-        history.finish_unit(conn, ctx.run_id, unit.relid, "skipped", res.error)
-        return res
+    escaping: BaseException | None = None
     try:
         _do_unit(ctx, res)
     except errors.UndefinedTable:
@@ -239,21 +223,28 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     except rows.UnitTimeout as exc:
         res.status, res.error = "timeout", str(exc)
     except errors.LockNotAvailable as exc:
-        res.status, res.error = "timeout", f"lock_timeout ({ctx.settings.lock_timeout}) reached: {_message(exc)}"
+        res.status, res.error = "timeout", f"lock_timeout ({ctx.settings.lock_timeout}) reached: {error_text(exc)}"
     except errors.QueryCanceled as exc:
         res.status, res.error = "timeout", f"statement_timeout ({ctx.settings.statement_timeout}) reached: " \
-            f"{_message(exc)}"
+            f"{error_text(exc)}"
     except psycopg.Error as exc:
         if conn.broken:
             raise
-        res.status, res.error = "failed", _message(exc)
+        res.status, res.error = "failed", error_text(exc)
+    except BaseException as exc:
+        # Not the database's answer (a bug): the unit fails, and so does the run (expire_table).
+        res.status, res.error = "failed", error_text(exc)
+        escaping = exc
+        raise
     finally:
         if not conn.broken:
-            if res.status in ("timeout", "failed", "skipped"):
-                history.finish_unit(conn, ctx.run_id, unit.relid, res.status, res.error)
-            claims.release(conn, unit.relid)
-    res.rows_selected, res.rows_deleted = ctx.selected, ctx.deleted
-    res.duration = time.monotonic() - started
+            # While another error escapes, a refused statement here must not replace it.
+            with contextlib.suppress(*((psycopg.Error,) if escaping is not None else ())):
+                if res.status in ("timeout", "failed", "skipped"):
+                    history.finish_unit(conn, ctx.run_id, unit.relid, res.status, res.error)
+                claims.release(conn, unit.relid)
+        res.rows_selected, res.rows_deleted, res.values_nulled = ctx.selected, ctx.deleted, ctx.values_nulled
+        res.duration = time.monotonic() - started
     return res
 
 
@@ -268,9 +259,8 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "delete", res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, "delete", estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
-        if res.status == "ok":
-            for hook in UNIT_HOOKS:
-                hook(ctx)
+        if res.status == "ok":  # its expired column values, while the unit is still claimed
+            columns.null_unit(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     else:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, None)
@@ -293,10 +283,4 @@ def estimate_expired(ctx: UnitContext) -> int | None:
     return int(row[0][0]["Plan"]["Plan Rows"]) if row else None
 
 
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        return exc.diag.message_primary
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-__all__ = ["UNIT_HOOKS", "EngineError", "TableResult", "Unit", "expire"]
+__all__ = ["EngineError", "TableResult", "Unit", "UnitResult", "expire"]

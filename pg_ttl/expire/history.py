@@ -6,6 +6,7 @@ deletes its rows (see rows.py), so they are exact whatever happens to the run.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +58,14 @@ def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, e
     from its units. Returns the status recorded."""
     row = conn.execute("SELECT ttl._finish_run(%s, %s, %s)", (run_id, status, error)).fetchone()
     return str(row[0]) if row and row[0] else (status or "ok")
+
+
+def close_failed_run(conn: psycopg.Connection[Any], run_id: int, error: str) -> None:
+    """An unexpected error is leaving the run: record it failed, with ``error``, before the
+    error goes on (else the run would read 'running' until the next pass closes it). A
+    statement refused here must not replace that error, so it is let go."""
+    with contextlib.suppress(psycopg.Error):
+        finish_run(conn, run_id, "failed", error)
 
 
 def prune(conn: psycopg.Connection[Any]) -> int:

@@ -218,9 +218,9 @@ def _account_group(ctx: UnitContext, group: list[tuple[Chunk, int]]) -> None:
 
 def _set_lock_timeout(ctx: UnitContext, value: str) -> None:
     """Change the session's lock_timeout, only when it differs (saves a round trip per batch)."""
-    if not ctx.conn.broken and ctx.extra.get("lock_timeout", ctx.settings.lock_timeout) != value:
+    if not ctx.conn.broken and (ctx.lock_timeout or ctx.settings.lock_timeout) != value:
         ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, false)", (value,))
-        ctx.extra["lock_timeout"] = value
+        ctx.lock_timeout = value
 
 
 # -- phase 1 --------------------------------------------------------------------

@@ -1,1 +1,0 @@
-ALTER TABLE events SET (ttl_expire_after = 'PT0S');
