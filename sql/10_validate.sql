@@ -212,9 +212,16 @@ BEGIN
         RAISE EXCEPTION 'table %: "ttl_expire_after" and/or "ttl_expiration_expression" must be set', tbl
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NEW.expire_after IS NOT NULL AND NEW.expire_after <= interval '0' THEN
-        RAISE EXCEPTION 'table %: value of "ttl_expire_after" must be greater than zero, got %', tbl, NEW.expire_after
+    IF NEW.expire_after < interval '0' THEN
+        RAISE EXCEPTION 'table %: value of "ttl_expire_after" must not be negative, got %', tbl, NEW.expire_after
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Zero (YDB's PT0S): a row expires at its column's own time (an expire_at column).
+    IF NEW.expire_after = interval '0' AND NEW.ttl_attnum IS NULL THEN
+        RAISE EXCEPTION 'table %: value of "ttl_expire_after" must be greater than zero without "ttl_column", got %',
+            tbl, NEW.expire_after
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Zero means "expire at the column''s own time": it needs "ttl_column".';
     END IF;
     IF NEW.expire_after IS NOT NULL THEN
         -- Every run computes now() - expire_after: it must stay a representable time.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -115,8 +116,8 @@ BAD_CALLS = [
     ("SELECT ttl.enable('events_v', '1 day', 'created_at')", ['"public.events_v" is not a table']),
     ("SELECT ttl.enable('parted_2026', '1 day', 'created_at')", ["is a partition of public.parted"]),
     # intervals
-    ("SELECT ttl.enable('events', '0 days', 'created_at')", ['"ttl_expire_after" must be greater than zero']),
-    ("SELECT ttl.enable('events', '-1 day', 'created_at')", ['"ttl_expire_after" must be greater than zero']),
+    ("SELECT ttl.enable('events', '-1 day', 'created_at')", ['"ttl_expire_after" must not be negative']),
+    ("SELECT ttl.enable('sessions', '0 days')", ['"ttl_expire_after" must be greater than zero without "ttl_column"']),
     ("SELECT ttl.enable('events', 'soon', 'created_at')", ['invalid input syntax for type interval: "soon"']),
     ("SELECT ttl.set_options('events', '{\"expire_after\": \"soon\", \"column\": \"created_at\"}')",
      ['value of "ttl_expire_after" must be an interval, got "soon"']),
@@ -186,7 +187,7 @@ def test_bad_input_refused_catalog_unchanged(conn: psycopg.Connection[Any], call
 def test_bad_input_with_existing_policy_changes_nothing(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT ttl.enable('events', '30 days', 'created_at')")
     conn.execute("SELECT ttl.enable_column('events', 'body', '7 days')")
-    refused(conn, "SELECT ttl.set_option('events', 'expire_after', '-3 days')", "must be greater than zero")
+    refused(conn, "SELECT ttl.set_option('events', 'expire_after', '-3 days')", "must not be negative")
     refused(conn, "SELECT ttl.set_option('events', 'column', 'body')", "cannot be a TTL column")
     refused(conn, "SELECT ttl.set_option('events', 'delete_batch_size', '0')", "must be at least 1")
     refused(conn, "SELECT ttl.set_option('events', 'job_cron', '61 * * * *')", "ttl_job_cron")
@@ -219,3 +220,15 @@ def test_all_functions_pin_search_path(conn: psycopg.Connection[Any]) -> None:
     # (the ALTER TABLE check runs as whoever altered the table).
     definers = [name for name, _, secdef, _, _ in rows if secdef]
     assert set(definers) == {"_on_sql_drop", "_strict_view_sync", "prune_history", "close_dead_runs"}
+
+
+def test_zero_expire_after_expires_a_row_at_its_column_time(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """YDB's ``Interval("PT0S") ON expire_at``: the column holds the expiry itself."""
+    from pg_ttl.expire import expire
+
+    conn.execute("INSERT INTO sessions VALUES (1, now() - interval '1 minute', 'gone'),"
+                 " (2, now() + interval '1 hour', 'kept')")
+    conn.execute("SELECT ttl.enable('sessions', 'PT0S', 'expire_at')")
+    assert conn.execute("SELECT expire_after FROM ttl.policy").fetchone() == (timedelta(0),)
+    expire(dsn, ["sessions"])
+    assert conn.execute("SELECT label FROM sessions").fetchall() == [("kept",)]

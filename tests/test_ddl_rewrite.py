@@ -179,10 +179,17 @@ def test_interval_forms_postgres_accepts_pass(value: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["", "  ", "banana", "30 dayz", "P", "PT", "1 day ago", "-1 hour",
-                                   "0", "0 seconds", "PT0S", "P1H", "1 day; drop", "1 (day)"])
+                                   "P1H", "1 day; drop", "1 (day)"])
 def test_interval_forms_refused(value: str) -> None:
     with pytest.raises(opts.OptionError):
         opts.check_interval("expire_after", value)
+
+
+@pytest.mark.parametrize("value", ["0", "0 seconds", "PT0S"])
+def test_zero_expires_a_table_row_at_its_column_time_but_not_a_column_value(value: str) -> None:
+    opts.check_interval("expire_after", value)  # the database refuses it without ttl_column
+    with pytest.raises(opts.OptionError, match="greater than zero"):
+        opts.check_column_option("expire_after", value)
 
 
 @settings(max_examples=200, deadline=None)

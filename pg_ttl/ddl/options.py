@@ -140,7 +140,7 @@ def column_key_of(defname: str) -> str:
 
 def check_column_option(key: str, value: str) -> None:
     if key == "expire_after":
-        check_interval(key, value)
+        check_interval(key, value, allow_zero=False)
     elif value.strip().lower() not in RELATIVE_TO:
         raise OptionError(f"value of {label(key)} must be row or write, got '{value}'")
 
@@ -173,6 +173,8 @@ _ISO_DESIGNATORS = re.compile(
     r"(?:T(?:(?P<h>[-+]?\d+(?:\.\d+)?)H)?(?:(?P<mi>[-+]?\d+(?:\.\d+)?)M)?(?:(?P<s>[-+]?\d+(?:\.\d+)?)S)?)?",
     re.IGNORECASE,
 )
+# 'P1' (a year), 'P1-2': PostgreSQL reads ISO forms without designators by its own rules: it decides.
+_ISO_BARE = re.compile(r"P[-+]?\d[-+\d.:]*")
 _ISO_ALTERNATIVE = re.compile(r"P\d+-\d+-\d+(?:T\d+:\d+:\d+(?:\.\d+)?)?", re.IGNORECASE)
 _TOKEN = re.compile(r"\s*(?:(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+))(?P<rest>[-:]\d[\d:.]*)?|(?P<word>[A-Za-z]+|@))")
 
@@ -211,13 +213,15 @@ def interval_seconds(text: str) -> float | None:
                 pending = None
                 continue
             if pending is not None:
-                total += pending  # a bare number is seconds
+                uncertain = True  # two bare numbers ('1 -1 hour'): PostgreSQL reads them by context
             pending = float(m.group("num"))
             continue
         word = m.group("word").lower()
         if word == "@":
             continue
         if word == "ago":
+            if s[pos:].strip() or sign < 0:
+                uncertain = True  # 'ago' only counts as the last word: otherwise PostgreSQL decides
             sign = -sign
             continue
         unit = _UNIT_SECONDS.get(word[:10])
@@ -234,7 +238,7 @@ def interval_seconds(text: str) -> float | None:
 
 
 def _iso_seconds(s: str) -> float | None:
-    if _ISO_ALTERNATIVE.fullmatch(s):
+    if _ISO_ALTERNATIVE.fullmatch(s) or _ISO_BARE.fullmatch(s):
         return None
     m = _ISO_DESIGNATORS.fullmatch(s)
     if m is None or not any(m.groupdict().values()) or s.upper().endswith("T"):
@@ -243,13 +247,17 @@ def _iso_seconds(s: str) -> float | None:
     return sum(float(v) * scale[k] for k, v in m.groupdict().items() if v is not None)
 
 
-def check_interval(key: str, value: str) -> None:
+def check_interval(key: str, value: str, allow_zero: bool = True) -> None:
+    """A table's expire_after may be zero (expire at the column's own time, YDB's
+    PT0S; the database refuses it without a column); a column's may not."""
     hint = "e.g. '30 days', '12 hours' or ISO 8601 'P30D', 'PT1H'"
     try:
         seconds = interval_seconds(value)
     except ValueError:
         raise OptionError(f"value of {label(key)} must be an interval, got '{value}'", hint=hint) from None
-    if seconds is not None and seconds <= 0:
+    if seconds is not None and seconds < 0:
+        raise OptionError(f"value of {label(key)} must not be negative, got '{value}'", hint=hint)
+    if seconds == 0 and not allow_zero:
         raise OptionError(f"value of {label(key)} must be greater than zero, got '{value}'", hint=hint)
 
 
