@@ -38,9 +38,7 @@ SELECT o.position, o.name, o.policy_column, o.kind, o.default_value, o.descripti
      'The schema detached partitions move to.'),
     (14, 'strict', 'strict_visibility', 'bool', 'false',
      'Hide expired rows from queries before they are deleted (row security).'),
-    (15, 'partition_ignore_value_ttl', 'partition_ignore_value_ttl', 'bool', 'false',
-     'Let the table TTL remove a partition whole even if some rows carry a later TTL of their own.'),
-    (16, 'value_ttl_overrides_table_ttl', 'value_ttl_overrides_table_ttl', 'bool', 'false',
+    (15, 'value_ttl_overrides_table_ttl', 'value_ttl_overrides_table_ttl', 'bool', 'false',
      'A row''s own TTL replaces the table TTL even when shorter.')
   ) AS o(position, name, policy_column, kind, default_value, description);
 

@@ -23,7 +23,6 @@ SELECT p.relid,
        p.created_at,
        p.updated_at,
        p.strict_visibility AS strict,
-       p.partition_ignore_value_ttl,
        p.value_ttl_overrides_table_ttl,
        (SELECT x.attname FROM pg_catalog.pg_attribute x
          WHERE x.attrelid = p.relid AND x.attnum = p.row_expiry_attnum AND NOT x.attisdropped) AS row_expiry_column,

@@ -1,4 +1,5 @@
-"""option defaults: the option registry (ttl.options) gives them, not the table's column defaults
+"""option defaults: the option registry (ttl.options) gives them, not the table's column defaults;
+ttl_partition_ignore_value_ttl, stored but never acted on, goes
 
 Revision ID: 0006
 Revises: 0005
@@ -18,13 +19,18 @@ depends_on = None
 # by the validation trigger for any option left NULL) is now the only one.
 OPTION_COLUMNS = ("job_cron", "job_cron_override", "select_batch_size", "delete_batch_size",
                   "select_rate_limit", "delete_rate_limit", "paused", "partition_action",
-                  "strict_visibility", "partition_ignore_value_ttl", "value_ttl_overrides_table_ttl")
+                  "strict_visibility", "value_ttl_overrides_table_ttl")
 
-UPGRADE = "ALTER TABLE ttl.policy\n" + ",\n".join(
-    f"    ALTER COLUMN {c} DROP DEFAULT" for c in OPTION_COLUMNS) + ";\n"
+# "ttl_partition_ignore_value_ttl" was stored and shown but no engine path read
+# it: an option without effect is worse than none. (The views read the column:
+# the code layer recreates them after the migration.)
+UPGRADE = "DROP VIEW IF EXISTS ttl.worker_tables, ttl.policies;\n" + "ALTER TABLE ttl.policy\n" + ",\n".join(
+    [f"    ALTER COLUMN {c} DROP DEFAULT" for c in OPTION_COLUMNS]
+    + ["    DROP COLUMN partition_ignore_value_ttl"]) + ";\n"
 
 DOWNGRADE = """
 ALTER TABLE ttl.policy
+    ADD COLUMN partition_ignore_value_ttl boolean NOT NULL DEFAULT false,
     ALTER COLUMN job_cron SET DEFAULT '@hourly',
     ALTER COLUMN job_cron_override SET DEFAULT false,
     ALTER COLUMN select_batch_size SET DEFAULT 10000,
@@ -34,7 +40,6 @@ ALTER TABLE ttl.policy
     ALTER COLUMN paused SET DEFAULT false,
     ALTER COLUMN partition_action SET DEFAULT 'drop',
     ALTER COLUMN strict_visibility SET DEFAULT false,
-    ALTER COLUMN partition_ignore_value_ttl SET DEFAULT false,
     ALTER COLUMN value_ttl_overrides_table_ttl SET DEFAULT false;
 """
 

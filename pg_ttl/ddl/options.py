@@ -48,7 +48,6 @@ OPTIONS: dict[str, Kind] = {
     "partition_action": Kind.PARTITION_ACTION,
     "detach_schema": Kind.SCHEMA,
     "strict": Kind.BOOL,
-    "partition_ignore_value_ttl": Kind.BOOL,
     "value_ttl_overrides_table_ttl": Kind.BOOL,
 }
 
