@@ -69,7 +69,7 @@ DROPPED_COLUMNS = {"policy": ("partition_ignore_value_ttl",)}
 
 def by_name(shape: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The catalog without column positions (relname, attname, type, ...)."""
-    return {**shape, "columns": sorted((r[0],) + tuple(r[2:]) for r in shape["columns"])}
+    return {**shape, "columns": sorted((r[0], *r[2:]) for r in shape["columns"])}
 
 
 def catalog(dsn: str, keys: tuple[str, ...] = tuple(CATALOG_QUERIES)) -> dict[str, list[Any]]:
