@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -20,8 +19,10 @@ from psycopg import sql
 
 from pg_ttl.expire import expire, oldest_expired
 from pg_ttl.worker import config as config_mod
-from pg_ttl.worker.daemon import DEFAULT_MIN_INTERVAL, DatabaseLoop, Worker
+from pg_ttl.worker.daemon import Worker
 from pg_ttl.worker.logs import LOGGER_NAME
+from pg_ttl.worker.loop import DatabaseLoop
+from pg_ttl.worker.rounds import DEFAULT_MIN_INTERVAL
 from pg_ttl.worker.schedule import latest_tick
 from pg_ttl.worker.status import collect
 
@@ -355,8 +356,7 @@ def _loop(dsn: str) -> Iterator[DatabaseLoop]:
     try:
         yield loop
     finally:
-        os.close(loop._wake_r)
-        os.close(loop._wake_w)
+        loop.wakeup.close()
 
 
 # What PostgreSQL says; a parser of its own had read each of these as 15 minutes.
@@ -375,7 +375,7 @@ def test_min_job_interval_is_read_by_postgresql(dsn: str, connect: Any, value: s
     assert row == (INTERVALS[value],)
     expected = timedelta(seconds=INTERVALS[value])
     with _loop(dsn) as loop:
-        loop._load_catalog(conn)
+        loop.rounds.load_catalog(conn)
         assert loop.scheduler.min_interval == expected
         (entry,) = loop.scheduler.entries.values()
         assert loop.scheduler.next_run(entry, datetime.now(UTC)) == tick + expected
@@ -392,7 +392,7 @@ def test_min_job_interval_postgresql_cannot_read_falls_back(dsn: str, connect: A
     except psycopg.Error:
         pytest.skip("the database refuses a min_job_interval that is not an interval")
     with _loop(dsn) as loop:
-        loop._load_catalog(conn)
+        loop.rounds.load_catalog(conn)
         assert loop.scheduler.min_interval == DEFAULT_MIN_INTERVAL
         assert [e.table for e in loop.scheduler.entries.values()] == ["ev"]  # the poll still works
     (logged,) = capture.find("setting min_job_interval is not a valid interval; using the default")

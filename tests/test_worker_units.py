@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -13,18 +14,18 @@ import tempfile
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from pg_ttl.cli import build_parser
 from pg_ttl.cli.worker import deploy_file, render_unit
+from pg_ttl.expire import TableResult
 from pg_ttl.worker import config as config_mod
-from pg_ttl.worker.daemon import backoff_delay
 from pg_ttl.worker.logs import JsonFormatter, KeyValueFormatter
 from pg_ttl.worker.metrics import WorkerMetrics
 from pg_ttl.worker.schedule import Entry, Scheduler, due_tick, latest_tick, next_due
 from pg_ttl.worker.sdnotify import SystemdNotifier, watchdog_interval
+from pg_ttl.worker.session import backoff_delay
 
 ROOT = Path(__file__).resolve().parent.parent
 T = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
@@ -232,10 +233,10 @@ def test_metrics_served_and_counted() -> None:
     m = WorkerMetrics("w1")
     port = m.serve("127.0.0.1", 0)
     try:
-        result = SimpleNamespace(table="ev", status="ok", rows_selected=7, rows_deleted=5, partitions_dropped=2,
-                                 partitions_detached=0, duration=0.25)
-        m.record_run("app", result)
-        m.record_run("app", SimpleNamespace(**{**vars(result), "status": "failed", "rows_deleted": 1}))
+        result = TableResult("ev", 1, "ok", rows_selected=7, rows_deleted=5, partitions_dropped=2,
+                             partitions_detached=0, duration=0.25)
+        m.record_run("app", "ev", result)
+        m.record_run("app", "ev", dataclasses.replace(result, status="failed", rows_deleted=1))
         m.lag.set("app", "ev", datetime.now(UTC) - timedelta(seconds=100))
         m.lag.set("app", "quiet", None)
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

@@ -14,13 +14,16 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pg_ttl import __version__
+
+if TYPE_CHECKING:
+    from pg_ttl.expire.results import TableResult
 
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
 BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
@@ -124,22 +127,19 @@ class WorkerMetrics:
     _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "partitions_dropped", "partitions_detached",
                       "run_failures", "units", "last_run_duration", "last_run", "next_run")
 
-    def record_run(self, db: str, result: Any) -> None:
-        """Account one engine TableResult."""
-        table = str(result.table)
+    def record_run(self, db: str, table: str, result: TableResult) -> None:
+        """Account one engine result; ``table`` is the name the series are labelled with."""
         labels = (db, table)
-        self.rows_selected.labels(*labels).inc(int(getattr(result, "rows_selected", 0) or 0))
-        self.rows_deleted.labels(*labels).inc(int(getattr(result, "rows_deleted", 0) or 0))
-        self.rows_nulled.labels(*labels).inc(int(getattr(result, "rows_nulled", 0) or 0))
-        self.partitions_dropped.labels(*labels).inc(int(getattr(result, "partitions_dropped", 0) or 0))
-        self.partitions_detached.labels(*labels).inc(int(getattr(result, "partitions_detached", 0) or 0))
-        status = str(getattr(result, "status", "ok"))
-        self.runs.labels(*labels, status).inc()
-        if status == "failed":
+        self.rows_selected.labels(*labels).inc(result.rows_selected)
+        self.rows_deleted.labels(*labels).inc(result.rows_deleted)
+        self.rows_nulled.labels(*labels).inc(result.values_nulled)
+        self.partitions_dropped.labels(*labels).inc(result.partitions_dropped)
+        self.partitions_detached.labels(*labels).inc(result.partitions_detached)
+        self.runs.labels(*labels, result.status).inc()
+        if result.status == "failed":
             self.run_failures.labels(*labels).inc()
-        duration = float(getattr(result, "duration", 0.0) or 0.0)
-        self.run_duration.labels(db).observe(duration)
-        self.last_run_duration.labels(*labels).set(duration)
+        self.run_duration.labels(db).observe(result.duration)
+        self.last_run_duration.labels(*labels).set(result.duration)
         self.last_run.labels(*labels).set(time.time())
 
     def record_failure(self, db: str, table: str, duration: float) -> None:

@@ -1,0 +1,254 @@
+"""One database's scheduling rounds: the catalog poll (which tables, their cron, who runs
+what), and running a due table through the engine, with the round's bookkeeping
+(ttl.worker_begin_run / worker_end_run), metrics and log lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pg_ttl.expire.results import TableResult, UnitResult
+from pg_ttl.worker.lag import LagMeter
+from pg_ttl.worker.schedule import Entry, Scheduler
+from pg_ttl.worker.session import Conn, connection_lost
+from pg_ttl.worker.shared import LoopState, one_line
+
+# One round trip per poll: standby state, the minimum interval in seconds, and
+# every policy with the tick of its latest run (any worker's). A schedule row
+# older than the policy itself belongs to an earlier policy of the same table.
+# PostgreSQL reads the interval (as ttl.enable's check does), so '2 weeks',
+# '1 mon' or 'P1D' mean here what they mean there; no setting means no minimum.
+MIN_INTERVAL_SECONDS = sql.SQL(
+    "coalesce((SELECT extract(epoch FROM s.value::interval)::float8 FROM ttl.settings s "
+    "WHERE s.name = 'min_job_interval'), 0)")
+# Used while the setting is not a valid interval (the rest of the poll must still work).
+DEFAULT_MIN_INTERVAL = timedelta(minutes=15)
+CATALOG_QUERY = sql.SQL("""
+SELECT pg_catalog.pg_is_in_recovery(),
+       {min_interval},
+       coalesce((SELECT json_agg(json_build_object(
+                   'relid', p.relid,
+                   'table', p.table_name,
+                   'qualified', format('%I.%I', p.schema_name, p.relname),
+                   'cron', p.job_cron,
+                   'override', p.job_cron_override,
+                   'paused', p.paused,
+                   'partitioned', c.relkind = 'p',
+                   'running', r.relid IS NOT NULL,
+                   'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END,
+                   'interrupted', s.started_at >= p.created_at AND s.finished_at IS NULL))
+                  FROM ttl.worker_tables p
+                  JOIN pg_catalog.pg_class c ON c.oid = p.relid
+                  LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
+                  -- one scan of pg_locks for all tables: who holds a run lock (see sql/60_worker.sql)
+                  LEFT JOIN (SELECT DISTINCT l.objid AS relid FROM pg_catalog.pg_locks l
+                              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                                AND l.classid = 1953786999::oid AND l.pid <> pg_catalog.pg_backend_pid()
+                                AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                   WHERE d.datname = pg_catalog.current_database())) r
+                         ON r.relid = p.relid), '[]')
+""")
+PRUNE_SCHEDULE = "DELETE FROM ttl.worker_schedule s " \
+                 "WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = s.relid)"
+BEGIN_RUN = "SELECT verdict, round_started FROM ttl.worker_begin_run(%s, %s, %s)"
+END_RUN = "SELECT ttl.worker_end_run(%s, %s, %s)"
+UNLOCK_RUN = "SELECT pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(%s))"
+NOT_OWNER = "SELECT c.relowner::regrole::text, current_user FROM pg_catalog.pg_class c " \
+            "WHERE c.oid = %s AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER')"
+
+
+class Progress:
+    """Engine progress -> metrics (unit durations) and log lines (one per unit)."""
+
+    def __init__(self, loop: LoopState, table: str) -> None:
+        self.loop = loop
+        self.table = table  # the name metrics and logs use
+
+    def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
+        self.loop.touch()
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        self.loop.touch()
+
+    def unit_finished(self, result: UnitResult) -> None:
+        self.loop.touch()
+        shared = self.loop.shared
+        shared.metrics.record_unit(self.loop.db.name, self.table, result.duration)
+        self.loop.log(logging.INFO if result.status in ("ok", "skipped") else logging.WARNING, "unit finished",
+                      table=self.table, partition=result.unit, action=result.action, status=result.status,
+                      rows_selected=result.rows_selected, rows=result.rows_deleted, duration=result.duration,
+                      **({"error": result.error} if result.error else {}))
+
+
+class Rounds:
+    """What one database loop schedules and runs."""
+
+    def __init__(self, loop: LoopState, scheduler: Scheduler, lag: LagMeter) -> None:
+        self.loop = loop
+        self.scheduler = scheduler
+        self.lag = lag
+        self._interval_error: str | None = None  # the min_job_interval problem last logged
+
+    # -- the catalog poll -------------------------------------------------------------
+    def read_catalog(self, conn: Conn) -> tuple[bool, timedelta, list[dict[str, Any]]]:
+        try:
+            row = conn.execute(CATALOG_QUERY.format(min_interval=MIN_INTERVAL_SECONDS)).fetchone()
+            self._interval_error = None
+        except psycopg.errors.DataError as exc:  # the setting is not an interval PostgreSQL can read
+            if connection_lost(exc, conn):
+                raise
+            if self._interval_error != one_line(exc):
+                self._interval_error = one_line(exc)
+                self.loop.log(logging.ERROR, "setting min_job_interval is not a valid interval; using the default",
+                              error=self._interval_error, default=DEFAULT_MIN_INTERVAL.total_seconds())
+            row = conn.execute(CATALOG_QUERY.format(min_interval=sql.NULL)).fetchone()
+        assert row is not None
+        in_recovery, seconds, policies = row
+        interval = DEFAULT_MIN_INTERVAL if seconds is None else timedelta(seconds=float(seconds))
+        return bool(in_recovery), interval, list(policies)
+
+    def load_catalog(self, conn: Conn) -> None:
+        loop, shared = self.loop, self.loop.shared
+        in_recovery, min_interval, policies = self.read_catalog(conn)
+        if in_recovery != loop.standby:
+            loop.standby = in_recovery
+            shared.metrics.standby.labels(loop.db.name).set(1 if loop.standby else 0)
+            loop.log(logging.WARNING if loop.standby else logging.INFO,
+                     "database is a standby: waiting, nothing will be deleted" if loop.standby
+                     else "database is a primary: running policies")
+        self.scheduler.min_interval = min_interval
+        entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
+                         cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
+                         partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
+                         interrupted=bool(p["interrupted"]),
+                         last_due=_parse_ts(p["due"])) for p in policies]
+        added, removed = self.scheduler.sync(entries)
+        for e in added:
+            if e.error:
+                loop.log(logging.ERROR, "policy skipped: cron not understood", table=e.table, error=e.error)
+            else:
+                loop.log(logging.INFO, "policy picked up", table=e.table, job_cron=e.cron,
+                         next_run=self.scheduler.next_run(e, shared.clock.now()))
+        for e in removed:
+            loop.log(logging.INFO, "policy removed", table=e.table)
+            shared.metrics.forget_table(loop.db.name, e.table)
+        if removed and not loop.standby:
+            conn.execute(PRUNE_SCHEDULE)
+        now = shared.clock.now()
+        m = shared.metrics
+        m.tables.labels(loop.db.name).set(len(self.scheduler.entries))
+        for e in self.scheduler.entries.values():
+            nxt = self.scheduler.next_run(e, now)
+            if nxt is not None:
+                m.next_run.labels(loop.db.name, e.table).set(nxt.timestamp())
+
+    # -- one run --------------------------------------------------------------------
+    def run_table(self, conn: Conn, entry: Entry, tick: datetime) -> None:
+        """One run of one table. Only a lost connection escapes (the session ends and reconnects);
+        any other error fails this table's run, and the loop goes on to the next table."""
+        loop, shared = self.loop, self.loop.shared
+        try:
+            row = conn.execute(BEGIN_RUN, (entry.relid, tick, shared.config.name)).fetchone()
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                raise
+            entry.skipped_due = tick  # not again before the next tick: the same error would repeat at once
+            self._run_failed(entry, exc, 0.0, self._membership_hint(conn, entry, exc))
+            return
+        verdict = str(row[0]) if row else "done"
+        round_started: datetime | None = row[1] if row else None
+        entry.skipped_due = tick  # decided: this worker does not come back to this tick
+        if verdict in ("skip", "done"):
+            if verdict == "skip":
+                loop.log(logging.WARNING, "run skipped: the previous run of this table is still going",
+                         table=entry.table, tick=tick)
+            return
+        entry.last_due = tick
+        entry.running = True
+        loop.state = "running"
+        loop.current = entry.table
+        loop.log(logging.INFO, "run started", table=entry.table, tick=tick, role=verdict)
+        started = time.monotonic()
+        status = "failed"
+        try:
+            # Everyone in this round expires the rows expired when it began: a unit
+            # visited twice (engine claims only exclude concurrent work) finds nothing new.
+            results = shared.engine(loop.db.dsn, [entry.qualified or entry.table], stop=shared.stop,
+                                    progress=Progress(loop, entry.table), worker=shared.config.name,
+                                    cutoff=round_started)
+            status = self._report(entry, results)
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                duration = time.monotonic() - started
+                shared.metrics.record_failure(loop.db.name, entry.table, duration)
+                loop.log(logging.ERROR, "run failed", table=entry.table, error=one_line(exc), duration=duration)
+                raise  # the run lock goes with the session; the round is resumed after reconnecting
+            self._run_failed(entry, exc, time.monotonic() - started)
+        finally:
+            entry.running = False
+            loop.current = None
+            loop.touch()
+        if shared.stop.is_set() and status == "partial":
+            status = "interrupted"  # stopped mid-run: the round stays open and is resumed
+        entry.interrupted = status == "interrupted"
+        entry.running_elsewhere = False
+        self._end_run(conn, entry, tick, status)
+        self.lag.measure(conn, entry)
+
+    def _report(self, entry: Entry, results: Sequence[TableResult]) -> str:
+        """Metrics and a log line per table result; returns the round's status."""
+        loop = self.loop
+        statuses: list[str] = []
+        for result in results:
+            loop.shared.metrics.record_run(loop.db.name, entry.table, result)
+            statuses.append(result.status)
+            loop.log(logging.INFO if result.status in ("ok", "paused", "busy") else logging.WARNING,
+                     "run finished", table=entry.table, run_id=result.run_id, status=result.status,
+                     rows_selected=result.rows_selected, rows=result.rows_deleted,
+                     partitions_dropped=result.partitions_dropped, partitions_detached=result.partitions_detached,
+                     values_nulled=result.values_nulled, duration=result.duration,
+                     **({"error": result.error} if result.error else {}))
+        if "failed" in statuses:
+            loop.failed_runs += 1
+        return statuses[0] if len(statuses) == 1 else ("ok" if not statuses else ",".join(statuses))
+
+    def _run_failed(self, entry: Entry, exc: BaseException, duration: float, hint: str = "") -> None:
+        self.loop.failed_runs += 1
+        self.loop.shared.metrics.record_failure(self.loop.db.name, entry.table, duration)
+        self.loop.log(logging.ERROR, "run failed", table=entry.table, error=one_line(exc) + hint, duration=duration)
+
+    def _membership_hint(self, conn: Conn, entry: Entry, exc: BaseException) -> str:
+        """Row security refuses to record the run of a table whose owner the worker's role is not a
+        member of; say so, with the GRANT that fixes it, instead of only 'violates row-level security'."""
+        if not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return ""
+        row = conn.execute(NOT_OWNER, (entry.relid,)).fetchone()
+        if row is None:
+            return ""
+        owner, role = row
+        return (f" (role {role} is not a member of {owner}, the owner of table {entry.table}: "
+                f"GRANT {owner} TO {role}; see docs/worker.md)")
+
+    def _end_run(self, conn: Conn, entry: Entry, tick: datetime, status: str) -> None:
+        try:
+            conn.execute(END_RUN, (entry.relid, tick, status[:40]))
+        except Exception as exc:
+            if connection_lost(exc, conn):
+                raise
+            # The outcome is not recorded, but the run lock must go, or every worker would
+            # take this table for running until this session ends.
+            self.loop.log(logging.ERROR, "run outcome not recorded", table=entry.table, status=status,
+                          error=one_line(exc))
+            conn.execute(UNLOCK_RUN, (entry.relid,))
+
+
+def _parse_ts(value: object) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(str(value))

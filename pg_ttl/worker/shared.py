@@ -1,0 +1,67 @@
+"""What the worker's parts share: the process-wide ``Shared`` and each database loop's ``LoopState``.
+
+The bottom of the worker's modules: ``daemon`` (the process) -> ``loop`` (a database's
+thread) -> ``rounds`` (scheduling and runs) -> ``lag`` -> ``session`` -> here. Each
+reads and writes the state below it, never a module above.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from pg_ttl.worker.config import DatabaseConfig, WorkerConfig
+from pg_ttl.worker.logs import log
+from pg_ttl.worker.metrics import WorkerMetrics
+from pg_ttl.worker.schedule import Clock
+
+if TYPE_CHECKING:
+    from pg_ttl.expire.seam import Expirer, OldestExpired
+
+
+@dataclass
+class Shared:
+    """What every database loop shares with the main thread."""
+
+    config: WorkerConfig
+    metrics: WorkerMetrics
+    logger: logging.Logger
+    clock: Clock
+    engine: Expirer
+    oldest_expired: OldestExpired
+    stop: threading.Event = field(default_factory=threading.Event)
+    wake_main: threading.Event = field(default_factory=threading.Event)  # the main thread has news to act on
+    once: bool = False
+
+
+@dataclass
+class LoopState:
+    """One database loop: what it is doing, as the main thread (systemd status) reads it."""
+
+    db: DatabaseConfig
+    shared: Shared
+    retire: threading.Event = field(default_factory=threading.Event)  # this database left the config (SIGHUP)
+    state: str = "starting"
+    current: str | None = None  # the table being run
+    standby: bool = False
+    last_activity: float = field(default_factory=time.monotonic)
+    next_wake_at: datetime | None = None
+    failed_runs: int = 0  # runs that failed (the loop went on to the next table)
+
+    def stop_requested(self) -> bool:
+        return self.shared.stop.is_set() or self.retire.is_set()
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def log(self, level: int, msg: str, **fields: object) -> None:
+        log(self.shared.logger, level, msg, db=self.db.name, **fields)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
