@@ -48,6 +48,9 @@ BEGIN
             col := ttl._added_column_name(tbl, 'ttl_written_at');
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT pg_catalog.now()', tbl, col);
             new_p.row_write_attnum := ttl._attnum(tbl, col, 'column');
+            RAISE NOTICE 'per-row TTL: added columns % (each row''s expiry) and % (its last write) to table %, and a trigger that moves the expiry on UPDATE',
+                ttl._attname(new_p.relid, new_p.row_expiry_attnum), col, tbl
+                USING HINT = 'To count from a column of your own instead, set "ttl_column" (ttl.enable(..., column_name => ...)); ttl.disable removes what was added.';
         END IF;
         new_p.expiration_expression := format('%I', ttl._attname(new_p.relid, new_p.row_expiry_attnum));
     END IF;

@@ -105,3 +105,14 @@ def test_column_ttl_counted_from_writes_goes_through_the_api(conn: Conn) -> None
     assert conn.execute("SELECT relative_to FROM ttl.column_policy").fetchone() == ("write",)
     conn.execute("SELECT ttl.disable_column('plain', 'v')")
     assert columns(conn, "plain") == ["id", "at", "v"]
+
+
+def test_enabling_per_row_ttl_says_what_it_adds_to_the_table(conn: Conn) -> None:
+    notices: list[tuple[str, str]] = []  # read inside the handler: the diagnostic is freed after it
+    conn.add_notice_handler(lambda d: notices.append((d.message_primary or "", d.message_hint or "")))
+    conn.execute("SELECT ttl.enable('rows_t', expire_after => '1 day')")
+    assert any("added columns ttl_expires_at" in m and "ttl_written_at" in m and "trigger" in m and "ttl_column" in h
+               for m, h in notices), notices
+    notices.clear()
+    conn.execute("SELECT ttl.enable('plain', expire_after => '1 day', column_name => 'at')")
+    assert not any("added columns" in m for m, _ in notices)
