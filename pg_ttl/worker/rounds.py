@@ -8,16 +8,18 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
-from pg_ttl.expire.results import TableResult, UnitResult
 from pg_ttl.worker.lag import LagMeter
 from pg_ttl.worker.schedule import Entry, Scheduler
 from pg_ttl.worker.session import Conn, connection_lost
 from pg_ttl.worker.shared import LoopState, one_line
+
+if TYPE_CHECKING:  # the engine itself is imported when a worker starts (daemon.load_engine)
+    from pg_ttl.expire.results import TableResult, UnitResult
 
 # One round trip per poll: standby state, the minimum interval in seconds, and
 # every policy with the tick of its latest run (any worker's). A schedule row
