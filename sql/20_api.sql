@@ -244,7 +244,8 @@ DECLARE
     p ttl.policy;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = tbl) THEN
+    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = tbl)
+       AND NOT EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = tbl) THEN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object';
     END IF;
     IF FOUND THEN
@@ -261,5 +262,6 @@ BEGIN
     RETURN QUERY
         SELECT format('column %I: relative_to', ttl._attname(c.relid, c.attnum)), c.relative_to
           FROM ttl.column_policy c WHERE c.relid = tbl ORDER BY c.attnum;
+    RETURN QUERY SELECT * FROM ttl._orphan_values(tbl);
 END
 $fn$;

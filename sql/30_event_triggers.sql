@@ -23,6 +23,18 @@ BEGIN
             USING ERRCODE = 'dependent_objects_still_exist',
                   HINT = format('Disable TTL first: SELECT ttl.disable(%L);', d.objid::regclass::text);
     END LOOP;
+    FOR d IN
+        SELECT o.object_identity, op.relid
+          FROM pg_event_trigger_dropped_objects() o
+          JOIN ttl.orphan_policy op
+            ON (op.relid = o.objid AND (o.objsubid = ANY (op.key_attnums) OR o.objsubid = op.age_attnum))
+            OR (op.parent_relid = o.objid AND o.objsubid = ANY (op.parent_attnums))
+         WHERE o.object_type = 'table column'
+    LOOP
+        RAISE EXCEPTION 'cannot drop column %: it is used by the orphan policy of %', d.object_identity, d.relid::regclass
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = format('Disable it first: SELECT ttl.disable_orphans(%L);', d.relid::regclass::text);
+    END LOOP;
 
     -- Runs cut short by the drop: nobody can finish them any more (their
     -- table's owner is gone from the catalog), so they are closed here.
@@ -38,6 +50,19 @@ BEGIN
     DELETE FROM ttl.policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.column_policy
+     WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
+    -- A dropped parent would make every child an orphan: its children's orphan
+    -- policies go with it (a table recreated under the same name must not
+    -- cost its children), and the owners are told.
+    FOR d IN
+        DELETE FROM ttl.orphan_policy
+         WHERE parent_relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
+           AND relid NOT IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
+        RETURNING relid
+    LOOP
+        RAISE NOTICE 'the orphan policy of % was removed: its parent table was dropped', d.relid::regclass;
+    END LOOP;
+    DELETE FROM ttl.orphan_policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
 END
 $fn$;

@@ -163,7 +163,8 @@ $fn$;
 -- earlier runs are closed and the latest checkpoint among them is returned, to
 -- resume from (NULL: start from the beginning). Runs with the caller's rights:
 -- row security lets only the table's owners read-and-clear checkpoints.
-CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid) RETURNS jsonb
+-- Row deletion and orphan deletion keep apart checkpoints on the same unit.
+CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid, unit_action text) RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -171,13 +172,21 @@ DECLARE
     found jsonb;
 BEGIN
     SELECT u.checkpoint INTO found FROM ttl.run_unit u
-     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL
+     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL AND (u.action = 'orphans') = (unit_action = 'orphans')
      ORDER BY u.run_id DESC LIMIT 1;
     UPDATE ttl.run_unit u SET status = CASE WHEN u.status = 'running' THEN 'interrupted' ELSE u.status END,
            finished_at = coalesce(u.finished_at, clock_timestamp()), checkpoint = NULL
-     WHERE u.unit_relid = unit AND (u.status = 'running' OR u.checkpoint IS NOT NULL);
+     WHERE u.unit_relid = unit AND (u.status = 'running' OR u.checkpoint IS NOT NULL)
+       AND (u.action = 'orphans') = (unit_action = 'orphans');
     RETURN found;
 END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid) RETURNS jsonb
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT ttl.take_over_unit(unit, 'delete')
 $fn$;
 
 -- Advisory lock key of a unit, the same as pg_ttl.expire.claims.key().

@@ -110,7 +110,9 @@ AS $fn$
 $fn$;
 
 -- What the worker schedules: every table policy, plus tables that only have
--- column policies (scheduled by the default_job_cron setting).
+-- column policies (scheduled by the default_job_cron setting) or only an
+-- orphan policy (by its job_cron, else that setting; its parent's runs also
+-- run it, right after theirs).
 CREATE OR REPLACE VIEW ttl.worker_tables AS
 SELECT p.relid, p.table_name, p.schema_name, p.relname, p.job_cron, p.job_cron_override, p.paused,
        p.created_at, 'table'::text AS kind
@@ -123,6 +125,15 @@ SELECT cp.relid, cp.relid::regclass::text, n.nspname, c.relname,
   JOIN pg_catalog.pg_class c ON c.oid = cp.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = cp.relid)
- GROUP BY cp.relid, n.nspname, c.relname;
+ GROUP BY cp.relid, n.nspname, c.relname
+UNION ALL
+SELECT op.relid, op.relid::regclass::text, n.nspname, c.relname,
+       coalesce(op.job_cron, (SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
+       false, false, op.created_at, 'orphans'::text
+  FROM ttl.orphan_policy op
+  JOIN pg_catalog.pg_class c ON c.oid = op.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = op.relid)
+   AND NOT EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = op.relid);
 
 GRANT SELECT ON ttl.worker_tables TO PUBLIC;

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, columns, history, owner, partitions, rows
+from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, rows
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -62,8 +62,9 @@ def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list
             raise EngineError(f'table argument "{name}" is not a valid table name: {error_text(exc)}') from exc
         if row is None or row[0] is None:
             raise EngineError(f'table "{name}" does not exist')
-        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s UNION ALL "
-                        "SELECT 1 FROM ttl.column_policy WHERE relid = %s", (row[0], row[0])).fetchone() is None:
+        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %(t)s UNION ALL "
+                        "SELECT 1 FROM ttl.column_policy WHERE relid = %(t)s UNION ALL "
+                        "SELECT 1 FROM ttl.orphan_policy WHERE relid = %(t)s", {"t": row[0]}).fetchone() is None:
             raise EngineError(f'table "{name}" has no TTL policy (enable one with ttl.enable)')
         relids.append(int(row[0]))
     return relids
@@ -97,13 +98,21 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
                                         progress=progress or NullProgress(), worker=worker))
         if stop is None or not stop.is_set():  # tables with column TTLs only
             results.extend(columns.expire_column_only(conn, relids, cutoff, stop, worker))
+        # Orphans last: the children of the tables just expired follow their parents.
+        for policy in orphans.load_orphan_policies(conn, relids):
+            if stop is not None and stop.is_set():
+                break
+            results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
+                                        progress=progress or NullProgress(), worker=worker, kind="orphans"))
         history.prune(conn)
         return results
 
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
-                 *, stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> TableResult:
-    """One table's run, done as the table's owner. Whatever goes wrong with this table
+                 *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
+                 kind: str = "rows") -> TableResult:
+    """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
+    its orphans ('orphans', sql/80_orphans.sql). Whatever goes wrong with this table
     (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
     lost connection is raised. Any other exception (a bug) closes the run as failed,
     with its text, before it goes on."""
@@ -121,10 +130,14 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason)
             conn.execute("UPDATE ttl.run SET finished_at = clock_timestamp() WHERE run_id = %s", (run_id,))
             return TableResult(policy.name, run_id, "paused", error=reason)
-        pred = build_predicate(conn, policy, cutoff)
+        if kind == "orphans":
+            pred = orphans.orphan_predicate(conn, policy, cutoff)
+        else:
+            pred = build_predicate(conn, policy, cutoff)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
         result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
-        _run_units(conn, policy, pred, result, result.run_id, settings, stop, progress)
+        units = orphans.orphan_units(conn, policy) if kind == "orphans" else list_units(conn, policy, pred)
+        _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress)
     except (psycopg.Error, LookupError) as exc:
         if conn.broken:
             raise
@@ -149,15 +162,15 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
 STOPPED = "stopped: the pass was asked to stop before this unit; the next run does it"
 
 
-def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, result: TableResult,
-               run_id: int, settings: EngineSettings, stop: threading.Event | None,
+def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, units: list[Unit],
+               result: TableResult, run_id: int, settings: EngineSettings, stop: threading.Event | None,
                progress: ProgressListener) -> None:
     """The table's units, one after the other, then the run's end. The status is the one
     the database records, judged from the units (ttl._finish_run)."""
     select_limiter = RateLimiter(policy.select_rate_limit, stop)
     delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
     stopped_before: Unit | None = None
-    for unit in list_units(conn, policy, pred):
+    for unit in units:
         if stop is not None and stop.is_set():
             stopped_before = unit
             break
@@ -187,6 +200,7 @@ SELECT r.run_id FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
  WHERE r.relid = %(relid)s AND r.started_at >= %(cutoff)s AND r.cutoff = %(cutoff)s AND r.run_id <> %(run_id)s
    AND r.started_at >= (SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid)
    AND u.unit_relid = %(unit)s AND u.status = 'ok' AND u.action <> 'skip'
+   AND (u.action = 'orphans') = %(orphans)s
  LIMIT 1
 """
 
@@ -202,7 +216,8 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         # Workers sharing one scheduled round pass the same cutoff; a unit another
         # run already finished up to this cutoff has nothing left (pg_ttl.worker).
         done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
-                                              "run_id": ctx.run_id, "unit": unit.relid}).fetchone()
+                                              "run_id": ctx.run_id, "unit": unit.relid,
+                                              "orphans": unit.action == "orphans"}).fetchone()
         if done is not None:
             skipped = f"done: run {done[0]} finished it for this cutoff"
         elif conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
@@ -250,16 +265,20 @@ def run_unit(ctx: UnitContext) -> UnitResult:
 
 def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
     unit, conn, policy = ctx.unit, ctx.conn, ctx.policy
-    if unit.action == "delete":
-        ctx.checkpoint = history.take_over(conn, unit.relid)
+    if unit.action in ("delete", "orphans"):
+        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
         estimate = estimate_expired(ctx)
         resumed = (ctx.checkpoint or {}).get("strategy")
-        # resume the way it was going (a checkpoint only makes sense to its own strategy)
-        res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, "delete", res.strategy, ctx.checkpoint)
-        ctx.progress.unit_started(policy.name, unit.name, "delete", estimate)
+        # resume the way it was going (a checkpoint only makes sense to its own strategy);
+        # orphans have no column to range over: block ranges
+        if unit.action == "orphans":
+            res.strategy = "ctid"
+        else:
+            res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
-        if res.status == "ok":  # its expired column values, while the unit is still claimed
+        if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
             columns.null_unit(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     else:

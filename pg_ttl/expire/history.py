@@ -26,9 +26,10 @@ def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str
     return int(row[0])
 
 
-def take_over(conn: psycopg.Connection[Any], unit_relid: int) -> dict[str, Any] | None:
-    """Checkpoint an interrupted run left on this unit (we hold its claim), if any (sql/50_engine.sql)."""
-    row = conn.execute("SELECT ttl.take_over_unit(%s)", (unit_relid,)).fetchone()
+def take_over(conn: psycopg.Connection[Any], unit_relid: int, action: str = "delete") -> dict[str, Any] | None:
+    """Checkpoint an interrupted run left on this unit for this kind of work ('orphans'
+    or row deletion; we hold its claim), if any (sql/50_history.sql)."""
+    row = conn.execute("SELECT ttl.take_over_unit(%s, %s)", (unit_relid, action)).fetchone()
     return dict(row[0]) if row and row[0] else None
 
 
@@ -39,7 +40,7 @@ def close_dead_runs(conn: psycopg.Connection[Any]) -> None:
 
 def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, action: str,
                strategy: str | None, checkpoint: dict[str, Any] | None) -> None:
-    """The unit's history row, resuming from ``checkpoint`` (sql/50_engine.sql)."""
+    """The unit's history row, resuming from ``checkpoint`` (sql/50_history.sql)."""
     cp = Jsonb(checkpoint) if checkpoint is not None else None
     conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
 
@@ -54,7 +55,7 @@ def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name:
 
 
 def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None) -> str:
-    """The run's end, with its units' totals (sql/50_engine.sql); ``status`` None: judged
+    """The run's end, with its units' totals (sql/50_history.sql); ``status`` None: judged
     from its units. Returns the status recorded."""
     row = conn.execute("SELECT ttl._finish_run(%s, %s, %s)", (run_id, status, error)).fetchone()
     return str(row[0]) if row and row[0] else (status or "ok")

@@ -14,7 +14,7 @@ class UnitResult:
 
     table: str
     unit: str
-    action: str  # 'delete' | 'drop' | 'detach' | 'skip'
+    action: str  # 'delete' | 'drop' | 'detach' | 'orphans' | 'skip'
     rows_selected: int
     rows_deleted: int
     status: str  # 'ok' | 'partial' | 'timeout' | 'failed' | 'skipped'
@@ -44,6 +44,7 @@ class TableResult:
     partitions_dropped: int = 0
     partitions_detached: int = 0
     values_nulled: int = 0
+    orphans_deleted: int = 0  # of rows_deleted, those deleted as orphans
     duration: float = 0.0
     error: str | None = None
 
@@ -53,6 +54,8 @@ class TableResult:
         self.rows_selected += unit.rows_selected
         self.rows_deleted += unit.rows_deleted
         self.values_nulled += unit.values_nulled
+        if unit.action == "orphans":
+            self.orphans_deleted += unit.rows_deleted
         if unit.removed_partition:
             if unit.action == "drop":
                 self.partitions_dropped += 1

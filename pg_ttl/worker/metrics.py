@@ -92,6 +92,9 @@ class WorkerMetrics:
         self.rows_deleted = Counter("pg_ttl_rows_deleted", "Expired rows deleted", by_table, registry=r)
         self.rows_nulled = Counter("pg_ttl_rows_nulled", "Rows whose expired column values were nulled", by_table,
                                    registry=r)
+        self.orphans_deleted = Counter("pg_ttl_orphans_deleted",
+                                       "Orphan rows deleted (parent gone; also counted in pg_ttl_rows_deleted)",
+                                       by_table, registry=r)
         self.partitions_dropped = Counter("pg_ttl_partitions_dropped", "Expired partitions dropped", by_table,
                                           registry=r)
         self.partitions_detached = Counter("pg_ttl_partitions_detached", "Expired partitions detached", by_table,
@@ -124,8 +127,8 @@ class WorkerMetrics:
         r.register(self.lag)
         self._server: Any = None
 
-    _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "partitions_dropped", "partitions_detached",
-                      "run_failures", "units", "last_run_duration", "last_run", "next_run")
+    _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "orphans_deleted", "partitions_dropped",
+                      "partitions_detached", "run_failures", "units", "last_run_duration", "last_run", "next_run")
 
     def record_run(self, db: str, table: str, result: TableResult) -> None:
         """Account one engine result; ``table`` is the name the series are labelled with."""
@@ -133,6 +136,7 @@ class WorkerMetrics:
         self.rows_selected.labels(*labels).inc(result.rows_selected)
         self.rows_deleted.labels(*labels).inc(result.rows_deleted)
         self.rows_nulled.labels(*labels).inc(result.values_nulled)
+        self.orphans_deleted.labels(*labels).inc(result.orphans_deleted)
         self.partitions_dropped.labels(*labels).inc(result.partitions_dropped)
         self.partitions_detached.labels(*labels).inc(result.partitions_detached)
         self.runs.labels(*labels, result.status).inc()

@@ -1,0 +1,311 @@
+"""Orphan collection: child rows whose parent row is gone are deleted range by range,
+never younger than min_age, never while their parent exists at delete time."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from pg_ttl.expire import expire
+from tests.helpers import catalog_state
+
+Conn = psycopg.Connection[Any]
+
+SCHEMA = """
+CREATE TABLE metadata (hash text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE data (id bigserial PRIMARY KEY, hash text NOT NULL, body text,
+                   created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+"""
+
+
+@pytest.fixture
+def conn(db: Conn) -> Conn:
+    db.execute(SCHEMA)
+    db.commit()
+    db.autocommit = True
+    return db
+
+
+def _fill(conn: Conn) -> None:
+    conn.execute("INSERT INTO metadata SELECT 'k' || g FROM generate_series(1, 100) g")
+    # with a parent, old: kept
+    conn.execute("INSERT INTO data (hash, created_at) SELECT 'k' || g, now() - interval '2 hours'"
+                 " FROM generate_series(1, 100) g")
+    # orphans, old: deleted
+    conn.execute("INSERT INTO data (hash, created_at) SELECT 'gone' || g, now() - interval '2 hours'"
+                 " FROM generate_series(1, 60) g")
+    # orphans, younger than min_age (the parent may still come): kept
+    conn.execute("INSERT INTO data (hash, created_at) SELECT 'soon' || g, now() - interval '10 minutes'"
+                 " FROM generate_series(1, 40) g")
+
+
+def test_old_orphans_go_children_with_a_parent_and_young_orphans_stay(conn: Conn, dsn: str) -> None:
+    _fill(conn)
+    conn.execute("SELECT ttl.enable_orphans('data', key => '{hash}', parent => 'metadata', min_age => '1 hour',"
+                 " age_column => 'created_at')")
+    [res] = expire(dsn, ["data"])
+    assert res.status == "ok" and res.rows_deleted == 60 and res.orphans_deleted == 60
+    assert [u.action for u in res.units] == ["orphans"]
+    left = conn.execute("SELECT count(*) FILTER (WHERE hash LIKE 'k%'), count(*) FILTER (WHERE hash LIKE 'gone%'),"
+                        " count(*) FILTER (WHERE hash LIKE 'soon%') FROM data").fetchone()
+    assert left == (100, 0, 40)
+    unit = conn.execute("SELECT action, rows_deleted, status FROM ttl.run_unit ORDER BY run_id DESC LIMIT 1")
+    assert unit.fetchone() == ("orphans", 60, "ok")
+    described = dict(conn.execute("SELECT option, value FROM ttl.describe('data')").fetchall())
+    assert described["ttl_orphan_of"] == "public.metadata(hash)" and described["ttl_orphan_min_age"] == "01:00:00"
+
+
+def test_the_parent_lookup_uses_its_index_and_child_names_never_resolve_to_the_parent(conn: Conn) -> None:
+    """Both tables have a column "hash": the child's, written unqualified, must stay the child's."""
+    conn.execute("SELECT ttl.enable_orphans('data', key => '{hash}', parent => 'metadata', min_age => '1 hour',"
+                 " age_column => 'created_at')")
+    row = conn.execute("SELECT ttl.orphans_sql('data'::regclass, now())").fetchone()
+    assert row is not None
+    conn.execute("INSERT INTO metadata SELECT 'k' || g FROM generate_series(1, 20000) g")
+    conn.execute("ANALYZE metadata")
+    conn.execute("INSERT INTO data (hash, created_at) SELECT 'k' || g, now() - interval '1 day'"
+                 " FROM generate_series(1, 20000) g")
+    conn.execute("ANALYZE data")
+    # what one DELETE of the engine reads: a block range of the child
+    plan = "\n".join(r[0] for r in conn.execute(
+        "EXPLAIN SELECT 1 FROM data WHERE ctid >= '(0,0)' AND ctid < '(20,0)' AND " + row[0]).fetchall())
+    assert "SubPlan" in plan and "metadata_pkey" in plan and "Seq Scan on metadata" not in plan, plan
+    conn.execute("INSERT INTO data (hash, created_at) VALUES ('nope', now() - interval '1 day')")
+    assert conn.execute("SELECT hash FROM data WHERE " + row[0]).fetchall() == [("nope",)]
+
+
+def test_multi_column_keys_partitioned_children_and_a_date_age(conn: Conn, dsn: str) -> None:
+    conn.execute("CREATE TABLE owners (a int, b text, PRIMARY KEY (b, a))")
+    conn.execute("CREATE TABLE items (x int, y text, day date NOT NULL) PARTITION BY RANGE (day)")
+    conn.execute("CREATE TABLE items_old PARTITION OF items FOR VALUES FROM ('2000-01-01') TO ('2026-01-01')")
+    conn.execute("CREATE TABLE items_new PARTITION OF items FOR VALUES FROM ('2026-01-01') TO ('2100-01-01')")
+    conn.execute("INSERT INTO owners VALUES (1, 'a'), (2, 'b')")
+    conn.execute("INSERT INTO items VALUES (1, 'a', '2020-01-01'), (1, 'b', '2020-01-01'), (2, 'b', '2025-06-01'),"
+                 " (3, 'c', '2026-06-01'), (1, 'a', '2026-06-01'), (9, 'z', current_date)")
+    conn.execute("SELECT ttl.enable_orphans('items', key => '{x, y}', parent => 'owners', parent_key => '{a, b}',"
+                 " min_age => '1 day', age_column => 'day')")
+    [res] = expire(dsn, ["items"])
+    assert res.status == "ok" and sorted(u.unit for u in res.units) == ["items_new", "items_old"]
+    # (1, 'b') and (3, 'c') have no owner; (9, 'z') is dated today: less than a day old
+    assert sorted(conn.execute("SELECT x, y FROM items").fetchall()) == [(1, "a"), (1, "a"), (2, "b"), (9, "z")]
+
+
+def test_children_follow_their_parents_in_the_same_pass(conn: Conn, dsn: str) -> None:
+    conn.execute("INSERT INTO metadata (hash, created_at) VALUES ('old', now() - interval '60 days'),"
+                 " ('new', now())")
+    conn.execute("INSERT INTO data (hash, created_at) VALUES ('old', now() - interval '60 days'),"
+                 " ('new', now() - interval '60 days')")
+    conn.execute("SELECT ttl.enable('metadata', expire_after => '30 days', column_name => 'created_at')")
+    conn.execute("SELECT ttl.enable_orphans('data', key => '{hash}', parent => 'metadata', min_age => '1 hour',"
+                 " age_column => 'created_at')")
+    results = expire(dsn, ["metadata"])  # the parent's run; its children follow
+    assert [(r.table, r.rows_deleted, r.orphans_deleted) for r in results] == [("metadata", 1, 0), ("data", 1, 1)]
+    assert conn.execute("SELECT hash FROM data").fetchall() == [("new",)]
+
+
+BAD = [
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'nope', min_age => '1 hour', age_column => 'created_at')",
+     ['relation "nope" does not exist']),
+    ("SELECT ttl.enable_orphans('data', '{missing}', 'metadata', '{hash}', age_column => 'created_at')",
+     ['column "missing" of table public.data does not exist', '"ttl_orphan_key"']),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', '{created_at}', age_column => 'created_at')",
+     ['key column "hash" is text, but "created_at" of public.metadata is timestamp with time zone']),
+    ("SELECT ttl.enable_orphans('data', '{id}', 'metadata', '{hash}', age_column => 'created_at')",
+     ['key column "id" is bigint']),
+    ("SELECT ttl.enable_orphans('data', '{body}', 'data', '{body}', age_column => 'created_at')",
+     ["table public.data has no unique index on (body)", "CREATE UNIQUE INDEX ON public.data (body)"]),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', min_age => '-1 hour', age_column => 'created_at')",
+     ['"ttl_orphan_min_age" must not be negative']),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata')", ['"ttl_orphan_age_column" must be set',
+                                                                 "written just before its parent"]),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'body')",
+     ['column "body" of table public.data has type text, which cannot be an age column']),
+    ("SELECT ttl.enable_orphans('data', '{}', 'metadata', age_column => 'created_at')",
+     ['"ttl_orphan_key" must name at least one column']),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at', job_cron => 'often')",
+     ['invalid cron expression for "ttl_orphan_job_cron"']),
+    ("SELECT ttl.disable_orphans('data')", ["table public.data has no orphan policy"]),
+]
+
+
+@pytest.mark.parametrize(("call", "expected"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_is_refused_and_changes_nothing(conn: Conn, call: str, expected: list[str]) -> None:
+    before = catalog_state(conn)
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(call)
+    text = str(info.value) + " " + (info.value.diag.message_hint or "")
+    for fragment in expected:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    assert catalog_state(conn) == before
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+
+
+def test_only_the_owner_may_and_the_owner_must_read_the_parent(conn: Conn, dsn: str, connect: Any) -> None:
+    conn.execute("CREATE ROLE orphan_owner LOGIN")
+    conn.execute("CREATE TABLE mine (hash text, created_at timestamptz)")
+    conn.execute("ALTER TABLE mine OWNER TO orphan_owner")
+    conn.execute("GRANT USAGE ON SCHEMA public TO orphan_owner")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"cannot read table public\.metadata"):
+        conn.execute("SELECT ttl.enable_orphans('mine', '{hash}', 'metadata', age_column => 'created_at')")
+    other = connect(user="orphan_owner")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"must be owner of table public\.data"):
+        other.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at')")
+
+
+def test_a_dropped_parent_takes_its_childrens_orphan_policies_with_it(conn: Conn, dsn: str) -> None:
+    conn.execute("INSERT INTO data (hash, created_at) VALUES ('x', now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at')")
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist, match=r"orphan policy of public\.data"):
+        conn.execute("ALTER TABLE data DROP COLUMN created_at")
+    conn.execute("DROP TABLE metadata")
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+    conn.execute("CREATE TABLE metadata (hash text PRIMARY KEY)")  # recreated: its old children are not orphans
+    assert expire(dsn) == [] and conn.execute("SELECT count(*) FROM data").fetchone() == (1,)
+
+
+def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> None:
+    conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
+                 " now() - interval '1 day' FROM generate_series(1, 20000) g")
+    conn.execute("ANALYZE data")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
+                 " delete_batch_size => 200, range_bytes => 65536)")
+    stop = threading.Event()
+
+    class StopAfterTen:
+        n = 0
+
+        def unit_started(self, *a: Any) -> None:
+            pass
+
+        def batch_done(self, *a: Any) -> None:
+            self.n += 1
+            if self.n == 10:
+                stop.set()
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    [first] = expire(dsn, ["data"], stop=stop, progress=StopAfterTen())
+    assert first.status == "partial" and 0 < first.orphans_deleted < 20000
+    cp = conn.execute("SELECT checkpoint FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
+    assert cp is not None and cp[0]["strategy"] == "ctid"
+    block = int(cp[0]["from"].strip("()").split(",")[0])
+    # nothing left before the checkpoint, everything after it still there
+    below = conn.execute("SELECT count(*) FROM data WHERE ctid < %s::tid", (cp[0]["from"],)).fetchone()
+    assert below == (0,) and block > 0
+    [second] = expire(dsn, ["data"])
+    started = conn.execute("SELECT resumed_from FROM ttl.run_unit WHERE run_id = %s", (second.run_id,)).fetchone()
+    assert started == (cp[0],)  # the second pass started where the first stopped
+    assert second.status == "ok" and first.orphans_deleted + second.orphans_deleted == 20000
+
+
+def test_a_killed_pass_resumes_where_its_last_range_committed(conn: Conn, dsn: str) -> None:
+    conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
+                 " now() - interval '1 day' FROM generate_series(1, 100000) g")
+    conn.execute("ANALYZE data")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
+                 " delete_batch_size => 20, range_bytes => 65536)")
+    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "data", "--quiet", "--dsn", dsn],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT rows_deleted FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
+            if row and row[0] >= 2000:
+                break
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    for _ in range(200):  # until its server session has gone too
+        if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
+                        " AND datname = current_database()").fetchone() == (0,):
+            break
+        time.sleep(0.05)
+    killed = conn.execute("SELECT status, checkpoint, rows_deleted FROM ttl.run_unit"
+                          " WHERE action = 'orphans'").fetchone()
+    assert killed is not None and killed[0] == "running" and killed[1] is not None and 0 < killed[2] < 100000
+    left = conn.execute("SELECT count(*) FROM data").fetchone()
+    assert left == (100000 - killed[2],)  # the counters committed with the deletes: exact
+    [res] = expire(dsn, ["data"])
+    resumed = conn.execute("SELECT resumed_from FROM ttl.run_unit WHERE run_id = %s", (res.run_id,)).fetchone()
+    assert resumed == (killed[1],) and res.status == "ok"
+    assert res.orphans_deleted == 100000 - killed[2]
+    assert conn.execute("SELECT status FROM ttl.run WHERE run_id < %s", (res.run_id,)).fetchone() == ("interrupted",)
+
+
+def test_children_written_before_their_parents_survive_concurrent_passes(conn: Conn, dsn: str,
+                                                                        connect: Any) -> None:
+    """A writer inserts child then parent (separate transactions, the parent up to
+    0.8 s later) and deletes some parents, while passes with min_age 2 s run: no
+    child with a live parent is ever deleted; after the last pass (past min_age)
+    every orphan is gone and every child with a parent stays."""
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', min_age => '2 seconds',"
+                 " age_column => 'created_at', delete_batch_size => 10)")
+    stop = threading.Event()
+    deleted_parents: set[str] = set()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        rnd = random.Random(7)
+        w = connect()
+        n = 0
+        try:
+            while not stop.is_set():
+                n += 1
+                key = f"w{n}"
+                w.execute("INSERT INTO data (hash) VALUES (%s)", (key,))
+                if rnd.random() < 0.2:
+                    continue  # never gets a parent: an orphan
+                time.sleep(rnd.uniform(0, 0.8))
+                w.execute("INSERT INTO metadata (hash) VALUES (%s)", (key,))
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    def deleter() -> None:
+        d = connect()
+        try:
+            while not stop.is_set():
+                time.sleep(0.3)
+                row = d.execute("DELETE FROM metadata WHERE hash = (SELECT hash FROM metadata"
+                                " ORDER BY random() LIMIT 1) RETURNING hash").fetchone()
+                if row:
+                    deleted_parents.add(str(row[0]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=deleter)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + 8
+    passes = 0
+    while time.monotonic() < end:
+        expire(dsn, ["data"])
+        passes += 1
+        # invariant at every instant: every child whose parent exists is still there
+        missing = conn.execute("SELECT count(*) FROM metadata m WHERE NOT EXISTS"
+                               " (SELECT 1 FROM data d WHERE d.hash = m.hash)").fetchone()
+        assert missing == (0,), "a child with a live parent was deleted"
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert not errors, errors
+    time.sleep(2.2)
+    expire(dsn, ["data"])
+    orphans = conn.execute("SELECT count(*) FROM data d WHERE NOT EXISTS"
+                           " (SELECT 1 FROM metadata m WHERE m.hash = d.hash)").fetchone()
+    assert orphans == (0,) and passes >= 3
+    kept = conn.execute("SELECT count(*) FROM metadata").fetchone()
+    assert kept is not None and kept[0] > 0
+    assert conn.execute("SELECT count(*) FROM data").fetchone() == kept
+    deleted = conn.execute("SELECT sum(rows_deleted) FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
+    assert deleted is not None and deleted[0] >= len(deleted_parents)
