@@ -3,6 +3,7 @@ never younger than min_age, never while their parent exists at delete time."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -309,3 +310,58 @@ def test_children_written_before_their_parents_survive_concurrent_passes(conn: C
     assert conn.execute("SELECT count(*) FROM data").fetchone() == kept
     deleted = conn.execute("SELECT sum(rows_deleted) FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
     assert deleted is not None and deleted[0] >= len(deleted_parents)
+
+
+def test_plan_counts_the_orphans_of_each_partition_and_changes_nothing(conn: Conn, cli: Any, dsn: str) -> None:
+    conn.execute("CREATE TABLE parts (hash text, k int, created_at timestamptz) PARTITION BY LIST (k)")
+    conn.execute("CREATE TABLE parts_1 PARTITION OF parts FOR VALUES IN (1)")
+    conn.execute("CREATE TABLE parts_2 PARTITION OF parts FOR VALUES IN (2)")
+    conn.execute("INSERT INTO metadata VALUES ('a')")
+    conn.execute("INSERT INTO parts VALUES ('a', 1, now() - interval '1 day'), ('x', 1, now() - interval '1 day'),"
+                 " ('y', 2, now() - interval '1 day'), ('z', 2, now() - interval '1 day'), ('w', 2, now())")
+    conn.execute("SELECT ttl.enable_orphans('parts', '{hash}', 'metadata', age_column => 'created_at')")
+    result = cli("plan", "parts", "--json", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    planned = {p["unit"]: (p["action"], p["rows"], p["total_rows"]) for p in json.loads(result.stdout)}
+    assert planned == {"parts_1": ("orphans", 1, 2), "parts_2": ("orphans", 2, 3)}
+    assert conn.execute("SELECT count(*) FROM parts").fetchone() == (5,)
+    assert "delete orphans" in cli("plan", "parts", "--dsn", dsn).stdout
+
+
+def test_two_engines_share_a_partitioned_child_and_no_partition_is_done_twice(conn: Conn, dsn: str) -> None:
+    conn.execute("CREATE TABLE parts (hash text, k int, created_at timestamptz) PARTITION BY LIST (k)")
+    for k in range(6):
+        conn.execute(f"CREATE TABLE parts_{k} PARTITION OF parts FOR VALUES IN ({k})")
+    conn.execute("INSERT INTO parts SELECT 'gone' || g, g % 6, now() - interval '1 day'"
+                 " FROM generate_series(1, 60000) g")
+    conn.execute("SELECT ttl.enable_orphans('parts', '{hash}', 'metadata', age_column => 'created_at',"
+                 " delete_batch_size => 500)")
+    results: list[Any] = []
+    # one cutoff for both, as workers sharing a scheduled round have
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    engines = [threading.Thread(target=lambda: results.extend(expire(dsn, ["parts"], cutoff=row[0])))
+               for _ in range(2)]
+    for t in engines:
+        t.start()
+    for t in engines:
+        t.join(120)
+    assert len(results) == 2 and sum(r.orphans_deleted for r in results) == 60000
+    done = conn.execute("SELECT unit_name, count(*) FROM ttl.run_unit WHERE action = 'orphans' AND status = 'ok'"
+                        " GROUP BY unit_name ORDER BY 1").fetchall()
+    assert done == [(f"parts_{k}", 1) for k in range(6)]  # each partition by exactly one engine
+    skipped = conn.execute("SELECT count(*) FROM ttl.run_unit WHERE status = 'skipped'").fetchone()
+    assert skipped == (6,)  # and the other engine skipped it (busy, or done for this cutoff)
+    assert conn.execute("SELECT count(*) FROM parts").fetchone() == (0,)
+
+
+def test_the_worker_runs_a_table_with_only_an_orphan_policy(conn: Conn, cli: Any, dsn: str) -> None:
+    _fill(conn)
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
+                 " job_cron => '@daily')")
+    assert conn.execute("SELECT job_cron, kind FROM ttl.worker_tables WHERE relid = 'data'::regclass"
+                        ).fetchone() == ("@daily", "orphans")
+    result = cli("worker", "--once", "--allow-superuser", "--dsn", dsn, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert conn.execute("SELECT count(*) FILTER (WHERE hash LIKE 'gone%') FROM data").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM data").fetchone() == (140,)

@@ -54,9 +54,12 @@ class BarProgress:
 
     def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
         label = unit if unit == table else f"{table} > {unit}"
-        if action != "delete":
+        rows = action in ("delete", "orphans")
+        if action == "orphans":
+            label += " (orphans)"
+        elif not rows:
             label += f" ({action} partition)"
-        self.tasks[(table, unit)] = self.progress.add_task(label, total=estimate if action == "delete" else 1)
+        self.tasks[(table, unit)] = self.progress.add_task(label, total=estimate if rows else 1)
 
     def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
         task = self.tasks.get((table, unit))
@@ -72,8 +75,8 @@ class BarProgress:
             return
         if result.status == "ok":
             done = self.progress.tasks[task].completed
-            self.progress.update(task, total=max(done, 1) if result.action == "delete" else 1,
-                                 completed=max(done, 1) if result.action == "delete" else 1)
+            rows = result.action in ("delete", "orphans")
+            self.progress.update(task, total=max(done, 1) if rows else 1, completed=max(done, 1) if rows else 1)
         else:
             self.progress.update(task, description=self.progress.tasks[task].description + f" [{result.status}]")
 
@@ -116,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _result_json(r: TableResult) -> dict[str, Any]:
     return {"table": r.table, "run_id": r.run_id, "status": r.status, "rows_selected": r.rows_selected,
-            "rows_deleted": r.rows_deleted, "partitions_dropped": r.partitions_dropped,
+            "rows_deleted": r.rows_deleted, "orphans_deleted": r.orphans_deleted,
+            "partitions_dropped": r.partitions_dropped,
             "partitions_detached": r.partitions_detached, "duration": round(r.duration, 3), "error": r.error,
             "units": [{"unit": u.unit, "action": u.action, "strategy": u.strategy, "status": u.status,
                        "rows_selected": u.rows_selected, "rows_deleted": u.rows_deleted, "error": u.error,
@@ -162,7 +166,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for col in ("table", "partition", "action", "rows that would go", "rows now", "oldest expiry", "reclaimed ~"):
         table.add_column(col, justify="right" if col.startswith(("rows", "reclaimed")) else "left")
     for p in plans:
-        action = {"delete": "delete rows", "drop": "drop partition", "detach": "detach partition"}[p.action]
+        action = {"delete": "delete rows", "drop": "drop partition", "detach": "detach partition",
+                  "orphans": "delete orphans"}[p.action]
         if p.paused:
             action += " (paused)"
         table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}", f"{p.total_rows:,}",

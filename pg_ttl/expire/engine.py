@@ -193,12 +193,17 @@ def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
 
 
 # A unit finished by another run with the very same cutoff (workers sharing one
-# scheduled round pass it) under the current policy. cutoff <= started_at, so
+# scheduled round pass it) under the current policy (the orphan policy for
+# orphans; the table's, else its column policies', for the rest). cutoff <= started_at, so
 # the (relid, started_at) index finds the candidate runs.
 DONE_FOR_CUTOFF = """
 SELECT r.run_id FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
  WHERE r.relid = %(relid)s AND r.started_at >= %(cutoff)s AND r.cutoff = %(cutoff)s AND r.run_id <> %(run_id)s
-   AND r.started_at >= (SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid)
+   AND r.started_at >= CASE WHEN %(orphans)s
+                            THEN (SELECT o.updated_at FROM ttl.orphan_policy o WHERE o.relid = r.relid)
+                            ELSE coalesce((SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid),
+                                          (SELECT max(c.updated_at) FROM ttl.column_policy c WHERE c.relid = r.relid))
+                       END
    AND u.unit_relid = %(unit)s AND u.status = 'ok' AND u.action <> 'skip'
    AND (u.action = 'orphans') = %(orphans)s
  LIMIT 1

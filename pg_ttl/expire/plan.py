@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pg_ttl.expire import owner
+from pg_ttl.expire import orphans, owner
 from pg_ttl.expire.context import EngineSettings
 from pg_ttl.expire.engine import resolve_tables
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expiry_of, load_policies
@@ -22,7 +22,7 @@ from pg_ttl.expire.units import Unit, list_units
 class UnitPlan:
     table: str
     unit: str
-    action: str  # 'delete' | 'drop' | 'detach'
+    action: str  # 'delete' | 'drop' | 'detach' | 'orphans'
     rows: int  # rows that would go
     total_rows: int  # rows in the unit now
     oldest_expiry: datetime | None  # of the rows that would go
@@ -72,20 +72,34 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
             for unit in list_units(conn, policy, pred):
                 out.append(_plan_unit(conn, policy, pred, unit))
             owner.restore(conn, local=True)
+        for policy in orphans.load_orphan_policies(conn, relids):
+            if relids is not None and policy.relid not in relids:
+                continue  # a child of a table asked for: planned with its own table
+            if relids is None and not owner.can_act_as(conn, policy.owner):
+                continue
+            pred = orphans.orphan_predicate(conn, policy, cutoff)
+            owner.become(conn, policy.owner, policy.name, local=True)
+            conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+            for unit in orphans.orphan_units(conn, policy):
+                out.append(_plan_unit(conn, policy, pred, unit))
+            owner.restore(conn, local=True)
     return out
 
 
 def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, unit: Unit) -> UnitPlan:
-    whole = unit.action != "delete"
+    whole = unit.action in ("drop", "detach")
     condition = sql.SQL("true") if whole else pred.expired
     only = sql.SQL("") if whole else sql.SQL("ONLY ")
+    # An orphan has no expiry of its own to show.
+    oldest = (sql.SQL("min(CAST(NULL AS pg_catalog.timestamptz))") if unit.action == "orphans"
+              else _min_expiry(conn, policy, pred))
     query = sql.SQL(
         "SELECT count(*) FILTER (WHERE {cond}), count(*), (SELECT {oldest} FROM {only}{t} WHERE {cond}),"
         " (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(p.relid)),"
         "                  pg_catalog.pg_total_relation_size({oid}::regclass))"
         "    FROM pg_catalog.pg_partition_tree({oid}::regclass) p WHERE p.isleaf)"
         " FROM {only}{t}"
-    ).format(cond=condition, oldest=_min_expiry(conn, policy, pred), only=only, t=unit.ident,
+    ).format(cond=condition, oldest=oldest, only=only, t=unit.ident,
              oid=sql.Literal(unit.relid))
     row = conn.execute(query).fetchone()
     assert row is not None
