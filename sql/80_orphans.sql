@@ -324,3 +324,81 @@ AS $fn$
                ('ttl_orphan_delete_batch_size', o.delete_batch_size::text)) AS v(option, value)
      WHERE o.relid = tbl
 $fn$;
+
+-- TTL DDL's spelling (ALTER TABLE data SET (ttl_orphan_of = 'metadata(hash)',
+-- ttl_orphan_key = 'hash', ttl_orphan_min_age = '1 hour',
+-- ttl_orphan_age_column = 'created_at')): options as text, merged into the
+-- table's orphan policy; NULL resets one. The parent key defaults to the
+-- child's key names.
+CREATE OR REPLACE FUNCTION ttl.set_orphan_options(tbl regclass, options jsonb) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    cur ttl.orphan_policy;
+    kv record;
+    v text;
+    parent_text text;
+    parent_cols text[];
+    key_cols text[];
+    min_age interval;
+    age_column name;
+    age_unit text;
+    job_cron text;
+    range_bytes bigint;
+    dbs integer;
+    m text[];
+BEGIN
+    PERFORM ttl._check_table(tbl);
+    IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'options must be a JSON object of option names and values' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO cur FROM ttl.orphan_policy WHERE relid = tbl;
+    IF FOUND THEN
+        parent_text := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                         WHERE c.oid = cur.parent_relid),
+                              (SELECT relname FROM pg_class WHERE oid = cur.parent_relid));
+        parent_cols := ARRAY(SELECT ttl._attname(cur.parent_relid, a) FROM unnest(cur.parent_attnums) AS a);
+        key_cols := ARRAY(SELECT ttl._attname(cur.relid, a) FROM unnest(cur.key_attnums) AS a);
+        min_age := cur.min_age;
+        age_column := ttl._attname(cur.relid, cur.age_attnum);
+        age_unit := cur.age_unit;
+        job_cron := cur.job_cron;
+        range_bytes := cur.range_bytes;
+        dbs := cur.delete_batch_size;
+    END IF;
+    FOR kv IN SELECT key, value FROM jsonb_each(options) LOOP
+        v := CASE WHEN jsonb_typeof(kv.value) = 'null' THEN NULL ELSE kv.value #>> '{}' END;
+        CASE ttl._option_key(kv.key)
+            WHEN 'orphan_of' THEN
+                m := regexp_match(coalesce(v, ''), '^\s*(.*?)\s*(?:\(\s*(.*?)\s*\))?\s*$');
+                IF v IS NULL OR m[1] = '' THEN
+                    RAISE EXCEPTION 'value of "ttl_orphan_of" must name the parent table, e.g. ''metadata(hash)'', got "%"',
+                        coalesce(v, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                parent_text := m[1];
+                parent_cols := CASE WHEN m[2] IS NULL THEN NULL
+                                    ELSE ARRAY(SELECT (parse_ident(btrim(c)))[1] FROM unnest(string_to_array(m[2], ',')) AS c)
+                               END;
+            WHEN 'orphan_key' THEN
+                key_cols := ARRAY(SELECT (parse_ident(btrim(c)))[1] FROM unnest(string_to_array(v, ',')) AS c);
+            WHEN 'orphan_min_age' THEN min_age := coalesce(ttl._to_interval('orphan_min_age', v), interval '1 hour');
+            WHEN 'orphan_age_column' THEN age_column := v;
+            WHEN 'orphan_age_unit' THEN age_unit := v;
+            WHEN 'orphan_job_cron' THEN job_cron := v;
+            WHEN 'orphan_range_bytes' THEN range_bytes := v::bigint;
+            WHEN 'orphan_delete_batch_size' THEN dbs := ttl._to_int('orphan_delete_batch_size', v);
+            ELSE
+                RAISE EXCEPTION 'unknown orphan option %', ttl._option_label(kv.key)
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'Accepted: ttl_orphan_of, ttl_orphan_key, ttl_orphan_min_age, ttl_orphan_age_column, ttl_orphan_age_unit, ttl_orphan_job_cron, ttl_orphan_range_bytes, ttl_orphan_delete_batch_size.';
+        END CASE;
+    END LOOP;
+    IF parent_text IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_orphan_of" must name the parent table', tbl USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM ttl.enable_orphans(tbl, key_cols, parent_text::regclass, coalesce(parent_cols, key_cols),
+                               coalesce(min_age, interval '1 hour'), age_column, age_unit, job_cron,
+                               range_bytes, dbs);
+END
+$fn$;

@@ -365,3 +365,16 @@ def test_the_worker_runs_a_table_with_only_an_orphan_policy(conn: Conn, cli: Any
     assert result.returncode == 0, result.stderr
     assert conn.execute("SELECT count(*) FILTER (WHERE hash LIKE 'gone%') FROM data").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM data").fetchone() == (140,)
+
+
+def test_options_as_ttl_ddl_spells_them(conn: Conn) -> None:
+    conn.execute("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_of": "public.metadata (hash)",
+                    "ttl_orphan_key": "hash", "ttl_orphan_min_age": "2 hours",
+                    "ttl_orphan_age_column": "created_at"}')""")
+    described = dict(conn.execute("SELECT option, value FROM ttl.describe('data')").fetchall())
+    assert (described["ttl_orphan_of"], described["ttl_orphan_key"], described["ttl_orphan_min_age"]) == (
+        "public.metadata(hash)", "hash", "02:00:00")
+    conn.execute("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_min_age": "5 minutes"}')""")  # merged
+    assert conn.execute("SELECT min_age::text, job_cron FROM ttl.orphan_policy").fetchone() == ("00:05:00", None)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown orphan option"):
+        conn.execute("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_nope": "1"}')""")
