@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import site
 import subprocess
 import sys
-import venv
+import sysconfig
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -32,15 +33,25 @@ def test_wheel_installs_into_a_database(tmp_path: Path, plain_dsn: str) -> None:
     assert sorted(Path(n).name for n in names if n.startswith("pg_ttl/migrations/versions/0")) == versions
     assert any(n.endswith("entry_points.txt") for n in names)
 
-    # A venv that sees the dependencies but gets pg_ttl only from the wheel, run outside the checkout.
+    # A fresh venv (``python -m venv``, with its own pip) that gets pg_ttl only from the wheel, run outside the
+    # checkout. The dependencies come from the running interpreter's site-packages, listed in a .pth file: plain
+    # paths, so the .pth files in there (the checkout's editable install) are not processed.
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, capture_output=True)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
-                   capture_output=True)
-    where = subprocess.run([str(py), "-c", "import pg_ttl.install as i; print(i.sql_dir())"], check=True,
-                           capture_output=True, text=True, cwd=tmp_path).stdout.strip()
-    assert str(env_dir) in where, where
+    env_site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   check=True, capture_output=True, text=True).stdout.strip())
+    paths = sysconfig.get_paths()
+    outer = dict.fromkeys([*site.getsitepackages(), paths["purelib"], paths["platlib"]])
+    (env_site / "_outer_deps.pth").write_text("".join(f"{d}\n" for d in outer if Path(d).is_dir()))
+    proc = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([str(py), "-c", "import sys, pg_ttl.install as i; print(sys.prefix, i.sql_dir())"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    prefix, where = proc.stdout.split()
+    assert Path(prefix).resolve() == env_dir.resolve() and where.startswith(str(env_site)), proc.stdout
     result = subprocess.run([str(env_dir / "bin" / "pg-ttl"), "install", "--dsn", plain_dsn],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
