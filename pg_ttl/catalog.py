@@ -1,12 +1,11 @@
-"""Read and write the ``ttl`` catalog from Python.
+"""Read the ``ttl`` catalog from Python.
 
-Writes go through the SQL API (``ttl.enable``, ``ttl.set_options`` ...) so that
-the database's validation applies to Python callers too.
+Python callers write through the SQL API (``SELECT ttl.enable(...)``,
+``ttl.set_options``, ``ttl.disable``), so the database's validation applies.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,24 +77,6 @@ def list_policies(conn: PolicyConn, table: str | None = None) -> list[Policy]:
 def describe(conn: PolicyConn, table: str) -> list[tuple[str, str | None]]:
     rows = conn.execute("SELECT option, value FROM ttl.describe(%s)", (table,)).fetchall()
     return [(str(o), None if v is None else str(v)) for o, v in rows]
-
-
-def enable(conn: PolicyConn, table: str, **options: Any) -> None:
-    """``ttl.enable(table, option => value, ...)``; see the SQL API for the options."""
-    set_options(conn, table, options, must_be_new=True)
-
-
-def set_options(conn: PolicyConn, table: str, options: dict[str, Any], must_be_new: bool = False) -> None:
-    if must_be_new:
-        exists = conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %s::regclass", (table,)).fetchone()
-        if exists:
-            conn.execute("SELECT ttl.enable(%s)", (table,))  # raises the API's "already has a TTL" error
-    values = {k: (None if v is None else str(v)) for k, v in options.items()}
-    conn.execute("SELECT ttl.set_options(%s, %s::jsonb)", (table, json.dumps(values)))
-
-
-def disable(conn: PolicyConn, table: str) -> None:
-    conn.execute("SELECT ttl.disable(%s)", (table,))
 
 
 def settings(conn: PolicyConn) -> dict[str, str]:

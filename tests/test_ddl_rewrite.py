@@ -98,7 +98,6 @@ def test_statements_keep_their_source_and_position() -> None:
     assert [(s.line, s.column, s.changed) for s in sts] == [(1, 1, False), (3, 4, True)]
     assert sts[1].source == "ALTER TABLE t RESET (ttl)"
     assert sts[1].output == ["SELECT ttl.disable('t')"]
-    assert sts[1].where("x.sql") == "x.sql:3:4"
 
 
 def test_table_names_are_quoted_as_regclass_text() -> None:

@@ -84,9 +84,6 @@ class Statement:
     transaction_control: bool = False  # BEGIN, COMMIT, ROLLBACK ...
     expected: list[Any] = field(default_factory=list, repr=False)  # the AST each output must parse to
 
-    def where(self, filename: str) -> str:
-        return f"{filename}:{self.line}:{self.column}"
-
 
 def rewrite(sql: str, filename: str = "<input>") -> str:
     """Plain PostgreSQL for ``sql`` (pure: no database). Raises TtlDdlError."""
