@@ -378,3 +378,21 @@ def test_options_as_ttl_ddl_spells_them(conn: Conn) -> None:
     assert conn.execute("SELECT min_age::text, job_cron FROM ttl.orphan_policy").fetchone() == ("00:05:00", None)
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown orphan option"):
         conn.execute("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_nope": "1"}')""")
+
+
+def test_the_command_line_sets_and_resets_a_policy(conn: Conn, cli: Any, dsn: str) -> None:
+    _fill(conn)
+    res = cli("orphans", "set", "data", "--key", "hash", "--parent", "metadata", "--age-column", "created_at",
+              "--min-age", "30 minutes", "--dsn", dsn)
+    assert res.returncode == 0, res.stderr
+    assert conn.execute("SELECT min_age::text FROM ttl.orphan_policy").fetchone() == ("00:30:00",)
+    assert "ttl_orphan_of" in cli("describe", "data", "--dsn", dsn).stdout
+    res = cli("run", "data", "--json", "--dsn", dsn)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["orphans_deleted"] == 60
+    bad = cli("orphans", "set", "data", "--key", "hash", "--parent", "metadata", "--age-column", "body",
+              "--dsn", dsn)
+    assert bad.returncode == 1 and "cannot be an age column" in bad.stderr
+    assert cli("orphans", "reset", "data", "--dsn", dsn).returncode == 0
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+    assert "pg-ttl orphans set" in cli("orphans", "set", "--help").stdout

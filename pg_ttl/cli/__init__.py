@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "pg_ttl.cli.run",
     "pg_ttl.cli.worker",
     "pg_ttl.cli.ddl",
+    "pg_ttl.cli.orphans",
 ]
 
 EPILOG = """\
