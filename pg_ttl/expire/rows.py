@@ -10,7 +10,7 @@ ctid order without sorting them all), or ctid block ranges sized from the
 expired density seen so far (no query at all: reading every row to count
 candidates first would double the cost of a raw DELETE). ``choose_strategy`` picks between them from the
 planner's statistics. Only range bounds travel to the client, never the keys
-themselves (key round trips cost 3-10x, see DESIGN.md).
+themselves.
 
 Phase 2 deletes one range per statement with the expiry predicate re-checked in
 that statement, so a row updated since phase 1 to a later expiry is kept.
