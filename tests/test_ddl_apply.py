@@ -130,17 +130,23 @@ def test_quoted_names_reach_the_right_table(db: Conn) -> None:
 
 
 def test_per_row_expiry_is_passed_to_the_database(db: Conn) -> None:
-    """ttl_expire_after without a column: the database decides (not yet supported,
-    or per-row expiry once that lands); the rewrite only passes it on."""
+    """ttl_expire_after without a column: the rewrite only passes it on, and the
+    database turns it into per-row TTL (its own expiry and write columns, a trigger)."""
     sql = "CREATE TABLE carts (id int PRIMARY KEY) WITH (ttl_expire_after = '1 day');"
     assert "ttl.set_options('carts', CAST('{\"expire_after\": \"1 day\"}' AS jsonb))" in rewrite(sql)
-    try:
-        apply(db, sql, "c.sql")
-    except ApplyError as exc:
-        assert exc.sqlstate == "0A000" and "not yet supported" in str(exc)
-        assert str(exc).startswith("c.sql:1:1: ")
-    else:
-        assert _describe(db, "carts")["ttl_expire_after"] == "1 day"
+    notices: list[str] = []
+    db.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    result = apply(db, sql, "c.sql")
+    assert (result.statements, result.executed, result.changed) == (1, 2, 1)
+    desc = _describe(db, "carts")
+    assert desc["ttl_expire_after"] == "1 day" and desc["ttl_column"] is None
+    assert desc["row_expiry_column"] == desc["ttl_expiration_expression"] == "ttl_expires_at"
+    cols = db.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'carts'::regclass AND attnum > 0 "
+                      "AND NOT attisdropped ORDER BY attnum").fetchall()
+    assert [c for c, in cols] == ["id", "ttl_expires_at", "ttl_written_at"]
+    triggers = db.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'carts'::regclass").fetchall()
+    assert triggers == [("ttl_row_expiry",)]
+    assert [n for n in notices if n.startswith("per-row TTL: added columns ttl_expires_at")], notices
 
 
 def test_option_table_matches_the_database(db: Conn) -> None:
