@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, rows
+from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, ranges, rows
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -240,7 +240,7 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     except errors.UndefinedTable:
         # Dropped by someone else between listing and now: nothing left to do here.
         res.status, res.error = "skipped", "the partition was dropped during the run"
-    except rows.UnitTimeout as exc:
+    except ranges.UnitTimeout as exc:
         res.status, res.error = "timeout", str(exc)
     except errors.LockNotAvailable as exc:
         res.status, res.error = "timeout", f"lock_timeout ({ctx.settings.lock_timeout}) reached: {error_text(exc)}"

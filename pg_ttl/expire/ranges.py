@@ -1,0 +1,284 @@
+"""Phase 1 of row deletion: the ranges a unit's expired rows are deleted in.
+
+Each select batch of ``select_batch_size`` candidates becomes ranges of at most
+``delete_batch_size`` rows: ranges in (TTL column, ctid) order over a btree on
+the TTL column (one query returns every ``delete_batch_size``-th pair; the
+ctid breaks ties, so a range holds at most that many rows even when many rows
+share one expiry; a key whose rows fill a whole select batch is numbered in
+block windows of the heap instead, as the index cannot give one key's rows in
+ctid order without sorting them all), or ctid block ranges sized from the
+expired density seen so far (no query at all: reading every row to count
+candidates first would double the cost of a raw DELETE). Only range bounds
+travel to the client, never the keys themselves. Phase 2 (rows.py) deletes
+each range with the expiry re-checked.
+
+Statements that name the table, its columns or its expiry expression carry
+their values as literals, never as parameters: with parameters psycopg reads
+every '%' of the text as a placeholder, and names and expressions may hold one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+
+from pg_ttl.expire.context import UnitContext
+
+# The size of a unit in blocks, and its rows and pages as of the last ANALYZE.
+SIZE = """
+SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8,
+       c.reltuples, c.relpages
+  FROM pg_catalog.pg_class c WHERE c.oid = %s
+"""
+
+
+class UnitTimeout(Exception):
+    """lock_timeout or statement_timeout hit: the unit is skipped for this run."""
+
+
+@dataclass
+class Chunk:
+    """One phase-2 range: ``where`` bounds it (values as literals), ``checkpoint`` is
+    where to resume after it; ``selected`` < 0: as many as deleted."""
+
+    where: sql.Composable
+    selected: int
+    checkpoint: dict[str, Any]
+
+
+
+def set_lock_timeout(ctx: UnitContext, value: str) -> None:
+    """Change the session's lock_timeout, only when it differs (saves a round trip per batch)."""
+    if not ctx.conn.broken and (ctx.lock_timeout or ctx.settings.lock_timeout) != value:
+        ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, false)", (value,))
+        ctx.lock_timeout = value
+
+
+# A position in (TTL column, ctid) order: a key and the ctid of a row with that key,
+# or None for "past every row of that key".
+Position = tuple[str, str | None]
+
+
+def _op(op: str) -> sql.Composable:
+    # Operators from pg_catalog whatever the search_path (as the predicate does).
+    return sql.SQL("OPERATOR(pg_catalog.{})").format(sql.SQL(op))
+
+
+def _tid(value: str) -> sql.Composable:
+    return sql.SQL("CAST({} AS pg_catalog.tid)").format(sql.Literal(value))
+
+
+def _after(ctx: UnitContext, pos: Position) -> sql.Composable:
+    """Rows after ``pos``: an index range on the key (the row comparison's first column)."""
+    key, tid = pos
+    k = ctx.pred.cast(sql.Literal(key))
+    if tid is None:
+        return sql.SQL("{} {} {}").format(ctx.pred.column, _op(">"), k)
+    return sql.SQL("ROW({}, ctid) {} ROW({}, {})").format(ctx.pred.column, _op(">"), k, _tid(tid))
+
+
+def _key_range(ctx: UnitContext, lo: Position | None, hi: tuple[str, str]) -> sql.Composable:
+    """Rows in (lo, hi]. Within one key a ctid range (a TID range scan: an index range
+    on the key would read every row of the key to find these); across keys row
+    comparisons (an index range on the key, reading at most the rows of its two ends)."""
+    col = ctx.pred.column
+    key, tid = hi
+    if lo is not None and lo[0] == key and lo[1] is not None:
+        return sql.SQL("{col} {eq} {k} AND ctid {gt} {lo} AND ctid {le} {hi}").format(
+            col=col, eq=_op("="), k=ctx.pred.cast(sql.Literal(key)), gt=_op(">"), lo=_tid(lo[1]), le=_op("<="),
+            hi=_tid(tid))
+    upper = sql.SQL("ROW({}, ctid) {} ROW({}, {})").format(col, _op("<="), ctx.pred.cast(sql.Literal(key)),
+                                                          _tid(tid))
+    return upper if lo is None else sql.SQL("{} AND {}").format(_after(ctx, lo), upper)
+
+
+# The next select_batch_size candidates in index order (no sort), cut to the keys they
+# hold completely (all but the last key, unless the batch is the last one), numbered in
+# (key, ctid) order; every delete_batch_size-th and the last become range ends. The
+# first row (max key, min ctid, count) also tells whether one key fills the batch.
+INDEX_BATCH = """
+WITH s AS MATERIALIZED (
+  SELECT {col} AS k, ctid AS c FROM ONLY {t} WHERE {bound}{lower} ORDER BY {col} LIMIT {sbs}),
+m AS (SELECT max(k) AS mk, min(c) AS mc, count(*) AS cnt FROM s),
+x AS (SELECT array_agg(k ORDER BY k, c) AS ks, array_agg(c ORDER BY k, c) AS cs
+        FROM s, m WHERE s.k {lt} m.mk OR m.cnt < {sbs})
+SELECT CAST(m.mk AS text), CAST(m.mc AS text), m.cnt, CAST(x.ks[g.i] AS text), CAST(x.cs[g.i] AS text), g.i
+  FROM m CROSS JOIN x
+  LEFT JOIN LATERAL (SELECT LEAST(n, cardinality(x.ks)) AS i
+                       FROM generate_series({dbs}, cardinality(x.ks) + {dbs} - 1, {dbs}) AS n) g ON true
+ ORDER BY g.i
+"""
+
+
+def index_batches(ctx: UnitContext) -> Iterator[list[Chunk]]:
+    """Ranges in (TTL column, ctid) order over the column's index: (after, p1], (p1, p2], ...
+    up to the threshold, each of at most delete_batch_size rows whatever the data."""
+    pred, policy, t = ctx.pred, ctx.policy, ctx.unit.ident
+    assert pred.column is not None and pred.bound is not None
+    cp = ctx.checkpoint or {}
+    after: Position | None = None
+    if cp.get("key") is not None:
+        after = (str(cp["key"]), str(cp["ctid"]))
+    elif cp.get("after") is not None:  # a checkpoint of an older version: whole keys
+        after = (str(cp["after"]), None)
+    sbs, dbs = policy.select_batch_size, policy.delete_batch_size
+    while not ctx.stopping():
+        lower = sql.SQL(" AND {}").format(_after(ctx, after)) if after else sql.SQL("")
+        query = sql.SQL(INDEX_BATCH).format(col=pred.column, t=t, bound=pred.bound, lower=lower, lt=_op("<"),
+                                            sbs=sql.Literal(sbs), dbs=sql.Literal(dbs))
+        set_lock_timeout(ctx, ctx.settings.lock_timeout)
+        rows = execute(ctx, query).fetchall()
+        max_key, min_tid, count = rows[0][0], rows[0][1], int(rows[0][2])
+        if count == 0:
+            return
+        if rows[0][5] is None:
+            # One key fills the whole select batch: ctid windows over its rows.
+            if after is not None and after[0] == max_key and after[1] is not None:
+                start = after[1]  # within the key a checkpoint stopped in
+            else:
+                start = f"({_block_of(min_tid)},0)"  # the block of the key's first row on
+            yield from _tie_batches(ctx, str(max_key), start)
+            after = (str(max_key), None)
+            continue
+        chunks: list[Chunk] = []
+        prev_n = 0
+        for *_, key, tid, n in rows:
+            hi = (str(key), str(tid))
+            chunks.append(Chunk(_key_range(ctx, after, hi), int(n) - prev_n,
+                                {"strategy": "index", "key": hi[0], "ctid": hi[1]}))
+            prev_n, after = int(n), hi
+        ctx.select_limiter.add(prev_n)
+        yield chunks
+        if count < sbs:
+            return
+
+
+# The rows of one key in a block window, numbered in ctid order (a TID range scan:
+# the index cannot give one key's rows in ctid order without sorting them all).
+TIE_WINDOW = """
+SELECT CAST(s.a[g.i] AS text), g.i FROM (
+  SELECT array_agg(ctid ORDER BY ctid) AS a FROM ONLY {t}
+   WHERE {col} {eq} {k} AND ctid {gt} {lo} AND ctid {lt} {hi}) s,
+  LATERAL (SELECT LEAST(n, cardinality(s.a)) AS i
+             FROM generate_series({dbs}, cardinality(s.a) + {dbs} - 1, {dbs}) AS n) g
+ ORDER BY g.i
+"""
+# The largest ctid of one key: a btree built by PostgreSQL 12 or later keeps the rows of
+# one key in ctid order, and a backward scan returns the last index tuple's ctids (a
+# posting list, ascending) within its first block_size / 6 rows (more ctids than a page holds).
+TIE_END = """
+SELECT CAST(max(c) AS text) FROM (
+  SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col} DESC
+   LIMIT CAST(current_setting('block_size') AS int) / 6) s
+"""
+# How far a window may grow over blocks with few rows of the key, in base windows.
+TIE_WINDOW_MAX = 16
+
+
+def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]]:
+    """The rows of one key from ctid ``start`` (exclusive) on, as ranges of at most
+    delete_batch_size rows: block windows of ~select_batch_size rows each up to the
+    key's last row, so every statement stays short whatever the number of rows.
+
+    Rows of the key outside the windows (only if the index is not in ctid order
+    within a key, i.e. built before PostgreSQL 12, or rows written since) are left to
+    the next run, whose first select batch starts at them.
+    """
+    t, col = ctx.unit.ident, ctx.pred.column
+    k = ctx.pred.cast(sql.Literal(key))
+    set_lock_timeout(ctx, ctx.settings.lock_timeout)
+    last = execute(ctx, sql.SQL(TIE_END).format(t=t, col=col, ge=_op(">="), le=_op("<="), k=k)).fetchone()
+    if last is None or last[0] is None:
+        return
+    end = _block_of(str(last[0])) + 1
+    size = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
+    assert size is not None
+    reltuples, relpages = float(size[1]), int(size[2])
+    per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
+    sbs = ctx.policy.select_batch_size
+    base = max(1, math.ceil(sbs / per_block))
+    blocks, lo, block = base, start, _block_of(start)
+    while block < end and not ctx.stopping():
+        upto = min(end, block + blocks)
+        hi = f"({upto},0)"
+        query = sql.SQL(TIE_WINDOW).format(t=t, col=col, eq=_op("="), k=k, gt=_op(">"), lo=_tid(lo), lt=_op("<"),
+                                           hi=_tid(hi), dbs=sql.Literal(ctx.policy.delete_batch_size))
+        set_lock_timeout(ctx, ctx.settings.lock_timeout)
+        rows = execute(ctx, query).fetchall()
+        chunks: list[Chunk] = []
+        prev: Position = (key, lo)
+        prev_n = 0
+        for tid, n in rows:
+            chunks.append(Chunk(_key_range(ctx, prev, (key, str(tid))), int(n) - prev_n,
+                                {"strategy": "index", "key": key, "ctid": str(tid)}))
+            prev, prev_n = (key, str(tid)), int(n)
+        # No row of the key past the last one numbered: the next window starts at the
+        # window's end. Its size follows the key's density (few rows: grow; many: shrink).
+        lo, block = hi, upto
+        blocks = max(1, min(TIE_WINDOW_MAX * base, int(blocks * sbs / max(prev_n, sbs / 4))))
+        if chunks:
+            ctx.select_limiter.add(prev_n)
+            yield chunks
+
+
+def ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
+    """Block ranges, selected without reading a row: each select batch is the next
+    ~select_batch_size rows' worth of blocks, and each phase-2 range a part of it
+    sized (from the expired density seen so far) to hold ~delete_batch_size
+    expired rows; never more than the select batch. Reading every row twice (to
+    count candidates first) would double the cost of a raw DELETE.
+    """
+    policy = ctx.policy
+    row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
+    if row is None:  # dropped since the unit was listed: the engine records it skipped
+        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
+    nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
+    per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
+    batch_blocks = max(1, math.ceil(policy.select_batch_size / per_block))
+    cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "ctid" else None
+    # Resume where the last committed range ended, up to the old end (rows that
+    # arrived since are new; a later run sees them).
+    state = {"block": float(_block_of(str(cp["from"])) if cp else 0), "density": per_block}
+    end = int(cp["end"]) if cp else nblocks
+    while state["block"] < end and not ctx.stopping():
+        yield _ctid_chunks(ctx, state, min(end, int(state["block"]) + batch_blocks), end)
+
+
+def _ctid_chunks(ctx: UnitContext, state: dict[str, float], batch_end: int, end: int) -> Iterator[Chunk]:
+    """The phase-2 ranges of one select batch, each sized from the density seen so far."""
+    while state["block"] < batch_end and not ctx.stopping():
+        block = int(state["block"])
+        blocks = min(batch_end - block, max(1, int(ctx.policy.delete_batch_size / max(state["density"], 0.01))))
+        hi = block + blocks
+        before = ctx.deleted
+        where = sql.SQL("ctid {} {} AND ctid {} {}").format(_op(">="), _tid(f"({block},0)"), _op("<"),
+                                                            _tid(f"({hi},0)"))
+        yield Chunk(where, -1, {"strategy": "ctid", "from": f"({hi},0)", "end": end})
+        # follow the density, at most doubling the range at a time
+        state["density"] = max((ctx.deleted - before) / blocks, state["density"] / 2)
+        state["block"] = hi
+
+
+def _block_of(tid: str) -> int:
+    return int(tid.strip("()").split(",")[0])
+
+
+# -- statements ---------------------------------------------------------------
+
+def execute(ctx: UnitContext, query: sql.Composed | sql.SQL, reraise_lock: bool = False) -> psycopg.Cursor[Any]:
+    """Run a statement that names the table: without parameters, so no '%' in it is read
+    as a placeholder (the module docstring)."""
+    try:
+        return ctx.conn.execute(query)
+    except errors.LockNotAvailable as exc:
+        if reraise_lock:
+            raise
+        raise UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
+                          "by another session") from exc
+    except errors.QueryCanceled as exc:
+        raise UnitTimeout(f"statement_timeout ({ctx.settings.statement_timeout}) reached") from exc
