@@ -1,0 +1,179 @@
+"""Orphan collection against the hand-written ways (python -m bench.orphans).
+
+A child table of ROWS rows (~100 B each), ORPHAN_SHARE of them without a
+parent, and a parent of ROWS / 5 keys (btree primary key). Three contenders,
+each on a fresh copy of the same data (CREATE DATABASE ... TEMPLATE), in one
+run on one server:
+
+- pg_ttl: an orphan policy (min_age 0: every child is old) and one pass;
+- one statement: ``DELETE FROM data d WHERE NOT EXISTS (SELECT 1 FROM
+  metadata m WHERE m.hash = d.hash)``;
+- a batched loop: ``DELETE FROM data WHERE ctid IN (SELECT ctid FROM data d
+  WHERE NOT EXISTS (...) LIMIT 10000)`` until it deletes nothing.
+
+Reported: wall seconds, orphans deleted per second, the longest transaction
+(sampled every 5 ms from pg_stat_activity for pg_ttl; each statement for the
+others: the single DELETE is one transaction), and a check that exactly the
+orphans went. Prints a markdown table; ``--json FILE`` also writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pg_ttl import install
+from pg_ttl.expire import expire
+from pg_ttl.localserver import LocalServer
+
+SCHEMA = """
+CREATE TABLE metadata (hash text PRIMARY KEY);
+CREATE TABLE data (id bigint PRIMARY KEY, hash text NOT NULL, created_at timestamptz NOT NULL,
+                   body text NOT NULL);
+"""
+PARENTS = "INSERT INTO metadata SELECT 'k' || g FROM generate_series(1, %(parents)s) g"
+FILL = """
+INSERT INTO data
+SELECT g, CASE WHEN g %% %(every)s = 0 THEN 'gone' || g ELSE 'k' || (1 + g %% %(parents)s) END,
+       now() - interval '1 day', repeat('x', 40)
+  FROM generate_series(1, %(rows)s) g
+"""
+ANTI = "NOT EXISTS (SELECT 1 FROM metadata m WHERE m.hash = d.hash)"
+
+
+class LongestTransaction:
+    """The longest open transaction of sessions named ``app`` seen while running (5 ms samples)."""
+
+    def __init__(self, dsn: str, app: str) -> None:
+        self.dsn, self.app, self.longest = dsn, app, 0.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                row = conn.execute("SELECT max(extract(epoch FROM clock_timestamp() - xact_start))"
+                                   " FROM pg_stat_activity WHERE application_name = %s AND state <> 'idle'",
+                                   (self.app,)).fetchone()
+                if row and row[0] is not None:
+                    self.longest = max(self.longest, float(row[0]))
+                time.sleep(0.005)
+
+    def __enter__(self) -> LongestTransaction:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def run_pg_ttl(dsn: str) -> tuple[int, float]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', min_age => '0',"
+                     " age_column => 'created_at')")
+    with LongestTransaction(dsn, "pg-ttl engine") as watch:
+        [result] = expire(dsn, ["data"])
+    assert result.status == "ok", result
+    return result.orphans_deleted, watch.longest
+
+
+def run_single(dsn: str) -> tuple[int, float]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
+        n = conn.execute(f"DELETE FROM data d WHERE {ANTI}").rowcount
+        return n, time.perf_counter() - started
+
+
+def run_loop(dsn: str) -> tuple[int, float]:
+    total, longest = 0, 0.0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            started = time.perf_counter()
+            n = conn.execute(f"DELETE FROM data WHERE ctid IN (SELECT ctid FROM data d WHERE {ANTI} LIMIT 10000)"
+                             ).rowcount
+            longest = max(longest, time.perf_counter() - started)
+            total += n
+            if n == 0:
+                return total, longest
+
+
+CONTENDERS = {"pg_ttl": run_pg_ttl, "one DELETE … NOT EXISTS": run_single,
+              "batched DELETE … ctid IN (… LIMIT 10000) loop": run_loop}
+
+
+def _copy_database(server: LocalServer, template: str, name: str) -> str:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+            sql.Identifier(name), sql.Identifier(template)))
+    return server.dsn(name)
+
+
+def measure(server: LocalServer, rows: int, share: float) -> dict[str, dict[str, float]]:
+    every = max(1, round(1 / share))
+    template = server.create_database(f"orphans_{rows}")
+    install.upgrade(template)
+    with psycopg.connect(template, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(PARENTS, {"parents": max(1, rows // 5)})
+        conn.execute(FILL, {"parents": max(1, rows // 5), "every": every, "rows": rows})
+        conn.execute("VACUUM (FREEZE, ANALYZE)")
+        orphans = conn.execute(f"SELECT count(*) FROM data d WHERE {ANTI}").fetchone()
+        assert orphans is not None
+        expected = int(orphans[0])
+        dbname = conn.info.dbname
+    out: dict[str, dict[str, float]] = {}
+    for i, (name, contender) in enumerate(CONTENDERS.items()):
+        copy = _copy_database(server, dbname, f"orphans_{rows}_{i}")
+        with psycopg.connect(copy, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        started = time.perf_counter()
+        deleted, longest = contender(copy)
+        wall = time.perf_counter() - started
+        with psycopg.connect(copy, autocommit=True) as conn:
+            left = conn.execute(f"SELECT count(*), count(*) FILTER (WHERE {ANTI}) FROM data d").fetchone()
+        assert left is not None
+        assert deleted == expected and left == (rows - expected, 0), (name, deleted, expected, left)
+        out[name] = {"rows": rows, "orphans": expected, "seconds": wall, "orphans_per_second": deleted / wall,
+                     "longest_transaction_seconds": longest}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000],
+                        help="child table sizes to measure (each a separate run of every contender)")
+    parser.add_argument("--orphans", type=float, default=0.10, help="share of children without a parent")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "1GB",
+                                   "max_wal_size": "8GB", "autovacuum": "off"})
+    server.start()
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    try:
+        for rows in args.rows:
+            results[rows] = measure(server, rows, args.orphans)
+    finally:
+        server.cleanup()
+    print(f"{server.version}; child rows ~100 B, {args.orphans:.0%} orphans, parent = rows / 5 keys (btree)\n")
+    print("| child rows | contender | seconds | orphans/s | vs one DELETE | vs loop | longest transaction |")
+    print("|---|---|---|---|---|---|---|")
+    for rows, by in results.items():
+        single = by["one DELETE … NOT EXISTS"]["orphans_per_second"]
+        loop = by["batched DELETE … ctid IN (… LIMIT 10000) loop"]["orphans_per_second"]
+        for name, r in by.items():
+            print(f"| {rows:,} | {name} | {r['seconds']:.2f} | {r['orphans_per_second']:,.0f} | "
+                  f"{r['orphans_per_second'] / single:.2f} x | {r['orphans_per_second'] / loop:.2f} x | "
+                  f"{r['longest_transaction_seconds'] * 1000:.0f} ms |")
+    if args.json:
+        args.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
