@@ -93,11 +93,22 @@ DECLARE
     p ttl.policy;
     is_new boolean;
     kv record;
+    orphan jsonb;
 BEGIN
     PERFORM ttl._check_table(tbl);
     IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'options must be a JSON object of option names and values'
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- ttl_orphan_* options (TTL DDL) belong to the orphan policy (sql/80_orphans.sql).
+    orphan := (SELECT jsonb_object_agg(o.key, o.value) FROM jsonb_each(options) AS o
+                WHERE ttl._option_key(o.key) LIKE 'orphan\_%');
+    IF orphan IS NOT NULL THEN
+        PERFORM ttl.set_orphan_options(tbl, orphan);
+        options := options - ARRAY(SELECT jsonb_object_keys(orphan));
+        IF options = '{}'::jsonb THEN
+            RETURN;
+        END IF;
     END IF;
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     is_new := NOT FOUND;
@@ -141,6 +152,22 @@ BEGIN
         PERFORM ttl.disable(tbl);
         RETURN;
     END IF;
+    -- ttl_orphan_*: the parent, key or age column gone, so is the orphan policy;
+    -- the others go back to their defaults.
+    IF EXISTS (SELECT 1 FROM unnest(options) AS o WHERE ttl._option_key(o) LIKE 'orphan\_%') THEN
+        IF EXISTS (SELECT 1 FROM unnest(options) AS o
+                    WHERE ttl._option_key(o) IN ('orphan_of', 'orphan_key', 'orphan_age_column')) THEN
+            PERFORM ttl.disable_orphans(tbl);
+        ELSE
+            PERFORM ttl.set_orphan_options(tbl, (SELECT jsonb_object_agg(ttl._option_key(o), NULL)
+                                                   FROM unnest(options) AS o
+                                                  WHERE ttl._option_key(o) LIKE 'orphan\_%'));
+        END IF;
+        options := ARRAY(SELECT o FROM unnest(options) AS o WHERE ttl._option_key(o) NOT LIKE 'orphan\_%');
+        IF cardinality(options) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     p := ttl._get_policy(tbl);
     FOREACH opt IN ARRAY options LOOP
         p := ttl._reset_option(p, opt);
@@ -156,7 +183,7 @@ AS $fn$
     SELECT ttl.reset_options(tbl, VARIADIC ARRAY[option])
 $fn$;
 
--- Removes the table's TTL: its policy and its column policies.
+-- Removes the table's TTL: its policy, column policies and orphan policy.
 CREATE OR REPLACE FUNCTION ttl.disable(tbl regclass) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -176,6 +203,8 @@ BEGIN
         PERFORM ttl._apply_column_change(c, NULL);
         found_any := true;
     END LOOP;
+    DELETE FROM ttl.orphan_policy WHERE relid = tbl;
+    found_any := found_any OR FOUND;
     IF NOT found_any THEN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object';
     END IF;

@@ -329,7 +329,7 @@ $fn$;
 -- ttl_orphan_key = 'hash', ttl_orphan_min_age = '1 hour',
 -- ttl_orphan_age_column = 'created_at')): options as text, merged into the
 -- table's orphan policy; NULL resets one. The parent key defaults to the
--- child's key names.
+-- child's key names; an unqualified parent is looked up in the child's schema.
 CREATE OR REPLACE FUNCTION ttl.set_orphan_options(tbl regclass, options jsonb) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -396,6 +396,11 @@ BEGIN
     END LOOP;
     IF parent_text IS NULL THEN
         RAISE EXCEPTION 'table %: "ttl_orphan_of" must name the parent table', tbl USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- An unqualified parent is the child's schema's (this function's search_path is pinned).
+    IF cardinality(parse_ident(parent_text)) = 1 THEN
+        parent_text := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                          WHERE c.oid = tbl), (parse_ident(parent_text))[1]);
     END IF;
     PERFORM ttl.enable_orphans(tbl, key_cols, parent_text::regclass, coalesce(parent_cols, key_cols),
                                coalesce(min_age, interval '1 hour'), age_column, age_unit, job_cron,

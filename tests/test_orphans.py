@@ -209,6 +209,7 @@ def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> Non
     assert second.status == "ok" and first.orphans_deleted + second.orphans_deleted == 20000
 
 
+@pytest.mark.slow
 def test_a_killed_pass_resumes_where_its_last_range_committed(conn: Conn, dsn: str) -> None:
     conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
                  " now() - interval '1 day' FROM generate_series(1, 100000) g")
@@ -244,6 +245,7 @@ def test_a_killed_pass_resumes_where_its_last_range_committed(conn: Conn, dsn: s
     assert conn.execute("SELECT status FROM ttl.run WHERE run_id < %s", (res.run_id,)).fetchone() == ("interrupted",)
 
 
+@pytest.mark.slow
 def test_children_written_before_their_parents_survive_concurrent_passes(conn: Conn, dsn: str,
                                                                         connect: Any) -> None:
     """A writer inserts child then parent (separate transactions, the parent up to
@@ -396,3 +398,35 @@ def test_the_command_line_sets_and_resets_a_policy(conn: Conn, cli: Any, dsn: st
     assert cli("orphans", "reset", "data", "--dsn", dsn).returncode == 0
     assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
     assert "pg-ttl orphans set" in cli("orphans", "set", "--help").stdout
+
+
+def test_ttl_ddl_sets_dumps_and_resets_an_orphan_policy(conn: Conn) -> None:
+    from pg_ttl.ddl.apply import apply
+    from pg_ttl.ddl.dump import dump
+
+    conn.execute("CREATE TABLE parent2 (a int, b text, PRIMARY KEY (a, b))")
+    conn.execute("CREATE TABLE kids (pa int, pb text, made timestamptz)")
+    apply(conn, """ALTER TABLE data SET (ttl_orphan_of = 'metadata(hash)', ttl_orphan_key = 'hash',
+                                        ttl_orphan_min_age = '2 hours', ttl_orphan_age_column = 'created_at');
+                   ALTER TABLE kids SET (ttl_orphan_of = 'parent2(a, b)', ttl_orphan_key = 'pa, pb',
+                                        ttl_orphan_age_column = 'made', ttl_orphan_delete_batch_size = 10);
+                   ALTER TABLE metadata SET (ttl_expire_after = '30 days', ttl_column = 'created_at',
+                                            ttl_orphan_of = 'metadata', ttl_orphan_key = 'hash',
+                                            ttl_orphan_age_column = 'created_at');""", "orphans.sql")
+    before = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relid::regclass::text,"
+                                 " parent_attnums, min_age, age_attnum, delete_batch_size FROM ttl.orphan_policy"
+                                 ).fetchall())
+    assert len(before) == 3
+    text = dump(conn)
+    assert "ALTER TABLE public.kids SET (ttl_orphan_of = 'public.parent2(a, b)', ttl_orphan_key = 'pa, pb'" in text
+    apply(conn, "ALTER TABLE data RESET (ttl_orphan_of); ALTER TABLE kids RESET (ttl);"
+                " ALTER TABLE metadata RESET (ttl_orphan_min_age);", "reset.sql")
+    assert conn.execute("SELECT relid::regclass::text, min_age::text FROM ttl.orphan_policy").fetchall() == [
+        ("metadata", "01:00:00")]  # reset to its default; the others are gone
+    assert conn.execute("SELECT count(*) FROM ttl.policy").fetchone() == (1,)  # metadata's own TTL stays
+    apply(conn, "ALTER TABLE metadata RESET (ttl);", "reset2.sql")
+    apply(conn, text, "dump.sql")  # the dump recreates all three
+    after = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relid::regclass::text,"
+                                " parent_attnums, min_age, age_attnum, delete_batch_size FROM ttl.orphan_policy"
+                                ).fetchall())
+    assert after == before

@@ -14,7 +14,8 @@ from pglast.stream import RawStream
 # does not depend on search_path.
 _TABLES = """
 SELECT t.relid, n.nspname, c.relname
-  FROM (SELECT relid FROM ttl.policy UNION SELECT relid FROM ttl.column_policy) AS t
+  FROM (SELECT relid FROM ttl.policy UNION SELECT relid FROM ttl.column_policy
+        UNION SELECT relid FROM ttl.orphan_policy) AS t
   JOIN pg_catalog.pg_class c ON c.oid = t.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE %(table)s::text IS NULL OR t.relid = %(table)s::regclass
@@ -23,7 +24,7 @@ SELECT t.relid, n.nspname, c.relname
 _TABLE_OPTIONS = """
 SELECT d.option, d.value FROM ttl.describe(%s::oid::regclass) AS d
  WHERE (d.option LIKE 'ttl\\_%%' OR d.option = 'row_expiry_column') AND d.value IS NOT NULL
-   AND EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = %s::oid)
+   AND (EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = %s::oid) OR d.option LIKE 'ttl\\_orphan\\_%%')
 """
 _COLUMN_OPTIONS = """
 SELECT a.attname, cp.expire_after::text, pg_catalog.to_jsonb(cp) ->> 'relative_to'

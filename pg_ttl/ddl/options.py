@@ -29,6 +29,8 @@ class Kind(Enum):
     RATE = "rate"  # integer >= 0, 0 = unlimited
     PARTITION_ACTION = "partition_action"
     SCHEMA = "schema"
+    TABLE = "table"  # a table name, optionally with (columns)
+    COLUMNS = "columns"  # comma-separated column names
 
 
 # The same names, kinds and order as the database's option registry,
@@ -49,6 +51,19 @@ OPTIONS: dict[str, Kind] = {
     "detach_schema": Kind.SCHEMA,
     "strict": Kind.BOOL,
     "value_ttl_overrides_table_ttl": Kind.BOOL,
+}
+
+# The orphan policy's options (docs/orphans.md), set through the same ALTER TABLE
+# ... SET (...); the database routes them to ttl.set_orphan_options.
+ORPHAN_OPTIONS: dict[str, Kind] = {
+    "orphan_of": Kind.TABLE,
+    "orphan_key": Kind.COLUMNS,
+    "orphan_min_age": Kind.INTERVAL,
+    "orphan_age_column": Kind.COLUMN,
+    "orphan_age_unit": Kind.UNIT,
+    "orphan_job_cron": Kind.CRON,
+    "orphan_range_bytes": Kind.BATCH,
+    "orphan_delete_batch_size": Kind.BATCH,
 }
 
 UNITS = ("seconds", "milliseconds", "microseconds", "nanoseconds")
@@ -80,10 +95,10 @@ def key_of(defname: str) -> str:
     """``ttl_expire_after`` -> ``expire_after``; refuses names that are not options."""
     name = defname.lower()
     key = name[len(PREFIX):]
-    if key not in OPTIONS:
+    if key not in OPTIONS and key not in ORPHAN_OPTIONS:
         raise OptionError(
             f"unknown TTL option \"{name}\"",
-            hint="accepted options: ttl, " + ", ".join(PREFIX + k for k in OPTIONS),
+            hint="accepted options: ttl, " + ", ".join(PREFIX + k for k in [*OPTIONS, *ORPHAN_OPTIONS]),
         )
     return key
 
@@ -112,7 +127,7 @@ def value_text(elem: ast.DefElem) -> str:
 
 def check(key: str, value: str) -> str:
     """Check one option value; returns it as ttl.set_options should receive it."""
-    kind = OPTIONS[key]
+    kind = OPTIONS[key] if key in OPTIONS else ORPHAN_OPTIONS[key]
     checker = _CHECKS[kind]
     checker(key, value)
     return value
@@ -272,6 +287,16 @@ def _check_schema(key: str, value: str) -> None:
         raise OptionError(f"value of {label(key)} must be a schema name")
 
 
+def _check_table(key: str, value: str) -> None:
+    if not value.strip() or value.strip().startswith("("):
+        raise OptionError(f"value of {label(key)} must name a table, e.g. 'metadata(hash)'")
+
+
+def _check_columns(key: str, value: str) -> None:
+    if not [c for c in value.split(",") if c.strip()]:
+        raise OptionError(f"value of {label(key)} must name at least one column")
+
+
 def check_expression(key: str, value: str) -> None:
     """One SQL expression: no ';', no second statement, no FROM/AS/... around it.
 
@@ -375,6 +400,8 @@ _CHECKS = {
     Kind.RATE: _check_rate,
     Kind.PARTITION_ACTION: _check_partition_action,
     Kind.SCHEMA: _check_schema,
+    Kind.TABLE: _check_table,
+    Kind.COLUMNS: _check_columns,
 }
 
 
