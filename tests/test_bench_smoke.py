@@ -65,7 +65,10 @@ def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> 
                 # Deleting rows writes WAL: at least one record per deleted row (> 40 bytes each).
                 assert run["wal_bytes"] > 40 * expired
                 assert 0 <= run["longest_txn_s"] <= run["wall_s"] + 0.05
-                assert run["txns_sampled"] >= 0  # at this scale most transactions are shorter than a sample
+                # At this scale most transactions are shorter than a sample, so none may be seen (that the
+                # sampler sees one is test_transaction_sampler_measures_a_transaction): what was seen is consistent.
+                assert 0 <= run["txns_exact"] <= run["txns_sampled"]
+                assert run["txns_sampled"] > 0 or run["longest_txn_s"] == 0
             summary = wl["contenders"][name]["summary"]
             assert summary["wall_s"]["n"] == 1 and summary["wall_s"]["median"] > 0
         raw = wl["contenders"]["raw_delete"]["runs"][0]
@@ -114,12 +117,14 @@ def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> 
         assert run["bulk_insert_rows_per_s"] > 0 and run["single_insert_tps"] > 0
     assert tr["no_ttl"]["overhead_vs_no_ttl"]["single_insert_tps"] == 0.0
 
+    # Idle worker: the checkout has `pg-ttl worker`, so the workload ran, after the first pass over every table.
     idle = res["workloads"]["idle_worker"]
-    if idle["available"]:
-        assert idle["idle"]["statements_per_s"] >= 0 and idle["idle"]["worker_cpu_pct"] >= 0
-        assert idle["worker_exit_code"] == 0  # stopped cleanly by SIGTERM
-    else:
-        assert "worker" in idle["reason"]
+    assert idle["available"] is True, idle.get("reason")
+    assert idle["idle_reached"] is True and idle["first_pass"]["tables_done"] == idle["params"]["policies"]
+    assert idle["idle"]["window_s"] >= idle["params"]["window_s"]
+    # rates from counter differences over the window (an idle worker may send nothing in 2 s): measured, not negative
+    assert idle["idle"]["statements_per_s"] >= 0 and idle["idle"]["worker_cpu_pct"] >= 0
+    assert idle["worker_exit_code"] == 0  # stopped cleanly by SIGTERM
 
     names = {t["name"] for t in res["targets"]}
     assert any("raw DELETE" in n for n in names) and any("WAL per dropped partition" in n for n in names)
