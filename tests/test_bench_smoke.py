@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,6 +39,7 @@ def _ok_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return list(runs)
 
 
+@pytest.mark.slow
 def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> None:
     with_plot = importlib.util.find_spec("matplotlib") is not None
     proc, res = _run_bench(tmp_path, *([] if with_plot else ["--no-plot"]))

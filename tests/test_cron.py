@@ -202,6 +202,7 @@ def expression(draw: st.DrawFn) -> Piece:
                  outside)
 
 
+@pytest.mark.slow
 @given(exprs=st.lists(expression(), min_size=6, max_size=6))
 @HYPO
 def test_sql_agrees_with_croniter(db: psycopg.Connection[Any], exprs: list[Piece]) -> None:
@@ -279,6 +280,7 @@ def brute_min_gap(expr: str) -> tuple[timedelta, bool]:
     return best, False
 
 
+@pytest.mark.slow
 @given(exprs=st.lists(valid_expression(), min_size=4, max_size=4))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
@@ -335,6 +337,7 @@ INTERVAL_EXAMPLES = [
 ]
 
 
+@pytest.mark.slow
 def test_min_interval_examples(db: psycopg.Connection[Any]) -> None:
     exprs = [e for e, _ in INTERVAL_EXAMPLES]
     got = dict(zip(exprs, min_intervals(db, exprs), strict=True))

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 
 def _our_servers() -> set[str]:
     return set(glob.glob("/tmp/pg_ttl-*"))
@@ -33,6 +35,7 @@ def test_demo_runs_and_cleans_up(cli: Any) -> None:
     assert _our_servers() == before
 
 
+@pytest.mark.slow
 def test_demo_cleans_up_on_interrupt() -> None:
     before = _our_servers()
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}

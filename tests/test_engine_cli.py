@@ -52,6 +52,7 @@ def _wait_engine_gone(conn: psycopg.Connection[Any]) -> None:
     raise AssertionError("the killed run's backend is still there")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [False, True], ids=["ctid", "index"])
 def test_kill9_mid_run_then_resume_loses_nothing(db: psycopg.Connection[Any], dsn: str, connect: Any,
                                                  index: bool) -> None:
@@ -150,6 +151,7 @@ def test_failed_table_exits_nonzero(db: psycopg.Connection[Any], dsn: str, cli: 
     assert "failed" in res.stdout and "foreign key" in res.stdout
 
 
+@pytest.mark.slow
 def test_standby_is_refused(tmp_path: Path) -> None:
     """A real standby: pg_basebackup -R of a small primary of our own."""
     from pg_ttl import install

@@ -285,6 +285,7 @@ def test_paused_policy_is_skipped_with_reason(db: psycopg.Connection[Any], dsn: 
     assert run is not None and run[0] == "paused" and "paused" in run[1] and run[2]
 
 
+@pytest.mark.slow
 def test_rate_limit_waits_between_transactions(db: psycopg.Connection[Any], dsn: str) -> None:
     _big(db, 400, False)
     db.execute("SELECT ttl.set_options('t', '{\"delete_rate_limit\": \"200\", \"delete_batch_size\": \"50\"}')")
@@ -297,6 +298,7 @@ def test_rate_limit_waits_between_transactions(db: psycopg.Connection[Any], dsn:
     assert 0.9 <= elapsed < 2.0
 
 
+@pytest.mark.slow
 def test_select_rate_limit_holds_for_ctid_ranges(db: psycopg.Connection[Any], dsn: str) -> None:
     _big(db, 400, False)  # no TTL index: ctid ranges, whose rows are selected by the delete itself
     db.execute("SELECT ttl.set_options('t', '{\"select_rate_limit\": \"200\", \"delete_batch_size\": \"50\"}')")
@@ -308,6 +310,7 @@ def test_select_rate_limit_holds_for_ctid_ranges(db: psycopg.Connection[Any], ds
     assert 0.9 <= elapsed < 2.0  # 200 rows at 200 rows/s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["delete_rate_limit", "select_rate_limit"])
 def test_call_run_honours_rate_limits(db: psycopg.Connection[Any], option: str) -> None:
     """CALL ttl.run() keeps the same limits as the Python engine, waiting between transactions."""

@@ -336,6 +336,7 @@ def test_a_run_that_cannot_start_a_unit_keeps_its_resume_point(db: psycopg.Conne
 
 # -- runs never left 'running' ------------------------------------------------------
 
+@pytest.mark.slow
 def test_runs_of_a_killed_session_are_closed_as_interrupted(db: psycopg.Connection[Any], dsn: str,
                                                             connect: Any) -> None:
     """A CALL ttl.run() killed mid-unit, and a run killed before its first unit: the

@@ -177,6 +177,7 @@ def test_package_revisions_read_without_alembic_match_alembic() -> None:
     assert RELEASE_REVISION in install.package_revisions()[:-1]
 
 
+@pytest.mark.slow
 def test_upgrade_from_previous_release_equals_fresh_install(pg_local: LocalServer, cli: Callable[..., Any]) -> None:
     fresh = new_db(pg_local, "fresh")
     install.upgrade(fresh)
@@ -314,6 +315,7 @@ def test_replay_refuses_to_drop_what_users_built_on_a_view(pg_local: LocalServer
         assert conn.execute("SELECT to_regclass('public.my_policies') IS NOT NULL").fetchone() == (True,)
 
 
+@pytest.mark.slow
 def test_downgrade_to_the_release_and_back(pg_local: LocalServer, cli: Callable[..., Any]) -> None:
     release = new_db(pg_local, "release")
     load_release(release)

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_wheel_installs_into_a_database(tmp_path: Path, plain_dsn: str) -> None:
     # Build from a copy: an in-tree build/ directory could leak stale files into the wheel.
     source = tmp_path / "src"

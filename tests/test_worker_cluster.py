@@ -40,6 +40,7 @@ def _partitioned(conn: psycopg.Connection[Any], rate: int = 4000) -> None:
                  "delete_batch_size => 100, select_batch_size => 500, delete_rate_limit => %s)", (rate,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("workers", "late"), [(2, 0), (3, 1)])
 def test_workers_split_a_partitioned_table_without_overlap(dsn: str, connect: Any, workers: int, late: int) -> None:
     """``late`` workers start only once the others have finished a few partitions: they join the
@@ -151,6 +152,7 @@ def _ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 10, live
     conn.execute(f"SELECT ttl.enable('{name}', expire_after => '1 day', column_name => 'created_at')")
 
 
+@pytest.mark.slow
 def test_worker_survives_a_server_restart(own_server: LocalServer) -> None:
     dsn = _fresh_db(own_server, "restart")
     conn = psycopg.connect(dsn, autocommit=True)
@@ -176,6 +178,7 @@ def test_worker_survives_a_server_restart(own_server: LocalServer) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_server_restart_mid_run_resumes_the_round(own_server: LocalServer) -> None:
     dsn = _fresh_db(own_server, "midrun")
     conn = psycopg.connect(dsn, autocommit=True)
@@ -220,6 +223,7 @@ def _standby_of(primary: LocalServer) -> LocalServer:
     return standby
 
 
+@pytest.mark.slow
 def test_standby_waits_and_never_deletes_until_promoted(own_server: LocalServer) -> None:
     dsn = _fresh_db(own_server, "standbydb")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -276,6 +280,7 @@ def _empty_ttl_tables(dsn: str, n: int, job_cron: str) -> None:
             END LOOP; END $$""").format(n=sql.Literal(n), cron=sql.Literal(job_cron)))
 
 
+@pytest.mark.slow
 def test_first_pass_over_many_due_tables_reads_the_catalog_once(own_server: LocalServer) -> None:
     """Running 200 due tables in a row does not re-read the catalog after each one (the worker
     hears its own 'run' NOTIFY; only other sessions' notifications mean the catalog changed)."""
@@ -295,6 +300,7 @@ def test_first_pass_over_many_due_tables_reads_the_catalog_once(own_server: Loca
     assert 1 <= len(catalog_reads) <= 3, len(catalog_reads)  # first load, and once more after LISTEN
 
 
+@pytest.mark.slow
 def test_idle_worker_with_1000_tables_is_cheap(own_server: LocalServer, tmp_path: Path) -> None:
     dbname = "idle"
     dsn = _fresh_db(own_server, dbname)

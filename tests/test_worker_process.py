@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from pg_ttl import install
 from pg_ttl.worker.schedule import latest_tick
@@ -116,6 +117,7 @@ def test_new_policy_is_picked_up_by_notify(dsn: str, connect: Any) -> None:
         w.close()
 
 
+@pytest.mark.slow
 def test_cron_ticks_and_min_interval(dsn: str, connect: Any) -> None:
     conn = connect()
     _events_table(conn, "every_minute", expired=5, live=1, job_cron="* * * * *", job_cron_override=True)
