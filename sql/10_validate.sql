@@ -148,39 +148,50 @@ BEGIN
 END
 $fn$;
 
--- A write to the catalog that would need the user's table to change (the
--- columns of per-row TTL or value TTL counted from writes, strict
--- visibility's row security and view) is made by the SQL API, which changes
--- both (sql/71_table_changes.sql); written directly, it is refused rather than
--- leaving the table out of step. Everything else may be written directly.
-CREATE OR REPLACE FUNCTION ttl._refuse_direct_table_change(tbl oid, changes_table boolean) RETURNS void
+-- A column that holds a time: date, timestamp (read as UTC) or timestamptz, or
+-- a number of Unix time with its unit (a TTL column, an orphan policy's age
+-- column). Returns its type; errors name the options that set it.
+CREATE OR REPLACE FUNCTION ttl._check_time_column(tbl oid, n smallint, unit text, what text, col_option text,
+                                                  unit_option text, other_choice text DEFAULT '') RETURNS oid
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    typ oid;
+    kind text;
 BEGIN
-    IF changes_table AND current_setting('ttl.applying_change', true) IS DISTINCT FROM tbl::text
-       AND EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN
-        RAISE EXCEPTION 'this TTL change of table % also changes the table (per-row TTL columns, value TTL counted from writes, or strict visibility)',
-            tbl::regclass
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Make it with the SQL API (ttl.set_options, ttl.reset_options, ttl.disable, ttl.enable_column, ttl.disable_column) or TTL DDL, not by writing ttl.policy or ttl.column_policy.';
+    SELECT atttypid INTO typ FROM pg_attribute WHERE attrelid = tbl AND attnum = n AND NOT attisdropped;
+    IF typ IS NULL THEN
+        RAISE EXCEPTION 'table %: the column of % (attnum %) does not exist', tbl::regclass, ttl._option_label(col_option), n
+            USING ERRCODE = 'undefined_column';
     END IF;
+    kind := ttl._type_kind(typ);
+    IF kind IS NULL THEN
+        RAISE EXCEPTION 'column "%" of table % has type %, which cannot be %', ttl._attname(tbl, n), tbl::regclass,
+            typ::regtype, what
+            USING ERRCODE = 'datatype_mismatch',
+                  HINT = format('Use a date, timestamp or timestamptz column, an integer, bigint or numeric column holding Unix time with %s%s.',
+                                ttl._option_label(unit_option), other_choice);
+    END IF;
+    IF kind = 'number' AND unit IS NULL THEN
+        RAISE EXCEPTION 'column "%" of table % is %: % must be set', ttl._attname(tbl, n), tbl::regclass, typ::regtype,
+            ttl._option_label(unit_option)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = format('Set %s to seconds, milliseconds, microseconds or nanoseconds (the Unix time unit the column holds).',
+                                ttl._option_label(unit_option));
+    END IF;
+    IF kind = 'time' AND unit IS NOT NULL THEN
+        RAISE EXCEPTION 'column "%" of table % is %: % applies to numeric columns only', ttl._attname(tbl, n),
+            tbl::regclass, typ::regtype, ttl._option_label(unit_option)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF unit IS NOT NULL AND unit NOT IN ('seconds', 'milliseconds', 'microseconds', 'nanoseconds') THEN
+        RAISE EXCEPTION 'table %: value of % must be seconds, milliseconds, microseconds or nanoseconds, got "%"',
+            tbl::regclass, ttl._option_label(unit_option), unit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN typ;
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION ttl._validate_policy_delete() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM ttl._refuse_direct_table_change(OLD.relid, ttl._changes_table(OLD, NULL));
-    RETURN OLD;
-END
-$fn$;
-
-DROP TRIGGER IF EXISTS validate_delete ON ttl.policy;
-CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._validate_policy_delete();
 
 -- The whole-row check run before any write to ttl.policy.
 CREATE OR REPLACE FUNCTION ttl._validate_policy() RETURNS trigger
@@ -189,8 +200,6 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     tbl regclass := NEW.relid::regclass;
-    typ oid;
-    kind text;
     err text;
     o record;
     n bigint;
@@ -254,36 +263,8 @@ BEGIN
         END IF;
         NEW.ttl_atttypid := NULL;
     ELSIF NEW.ttl_attnum IS NOT NULL THEN
-        SELECT atttypid INTO typ FROM pg_attribute
-         WHERE attrelid = NEW.relid AND attnum = NEW.ttl_attnum AND NOT attisdropped;
-        IF typ IS NULL THEN
-            RAISE EXCEPTION 'table %: "ttl_column" (attnum %) does not exist', tbl, NEW.ttl_attnum
-                USING ERRCODE = 'undefined_column';
-        END IF;
-        kind := ttl._type_kind(typ);
-        IF kind IS NULL THEN
-            RAISE EXCEPTION 'column "%" of table % has type %, which cannot be a TTL column',
-                ttl._attname(NEW.relid, NEW.ttl_attnum), tbl, typ::regtype
-                USING ERRCODE = 'datatype_mismatch',
-                      HINT = 'Use a date, timestamp or timestamptz column, an integer, bigint or numeric column holding Unix time with "ttl_unit", or "ttl_expiration_expression".';
-        END IF;
-        IF kind = 'number' AND NEW.unit IS NULL THEN
-            RAISE EXCEPTION 'column "%" of table % is %: "ttl_unit" must be set', ttl._attname(NEW.relid, NEW.ttl_attnum),
-                tbl, typ::regtype
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Set "ttl_unit" to seconds, milliseconds, microseconds or nanoseconds (the Unix time unit the column holds).';
-        END IF;
-        IF kind = 'time' AND NEW.unit IS NOT NULL THEN
-            RAISE EXCEPTION 'column "%" of table % is %: "ttl_unit" applies to numeric columns only',
-                ttl._attname(NEW.relid, NEW.ttl_attnum), tbl, typ::regtype
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        NEW.ttl_atttypid := typ;
-    END IF;
-
-    IF NEW.unit IS NOT NULL AND NEW.unit NOT IN ('seconds', 'milliseconds', 'microseconds', 'nanoseconds') THEN
-        RAISE EXCEPTION 'table %: value of "ttl_unit" must be seconds, milliseconds, microseconds or nanoseconds, got "%"',
-            tbl, NEW.unit USING ERRCODE = 'invalid_parameter_value';
+        NEW.ttl_atttypid := ttl._check_time_column(NEW.relid, NEW.ttl_attnum, NEW.unit, 'a TTL column', 'column', 'unit',
+                                                   ', or "ttl_expiration_expression"');
     END IF;
 
     err := ttl.cron_error(NEW.job_cron);
@@ -398,19 +379,3 @@ $fn$;
 DROP TRIGGER IF EXISTS validate ON ttl.column_policy;
 CREATE TRIGGER validate BEFORE INSERT OR UPDATE ON ttl.column_policy
     FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy();
-
-CREATE OR REPLACE FUNCTION ttl._validate_column_policy_delete() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM ttl._refuse_direct_table_change(OLD.relid,
-        OLD.relative_to = 'write'
-        OR coalesce((SELECT p.strict_visibility FROM ttl.policy p WHERE p.relid = OLD.relid), false));
-    RETURN OLD;
-END
-$fn$;
-
-DROP TRIGGER IF EXISTS validate_delete ON ttl.column_policy;
-CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.column_policy
-    FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy_delete();

@@ -330,3 +330,53 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT ttl._set_column_policy(tbl, column_name, expire_after, relative_to)
 $fn$;
+
+-- A write to the catalog that would need the user's table to change (the
+-- columns of per-row TTL or value TTL counted from writes, strict
+-- visibility's row security and view) is made by the SQL API, which changes
+-- both (sql/71_table_changes.sql); written directly, it is refused rather than
+-- leaving the table out of step. Everything else may be written directly.
+CREATE OR REPLACE FUNCTION ttl._refuse_direct_table_change(tbl oid, changes_table boolean) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF changes_table AND current_setting('ttl.applying_change', true) IS DISTINCT FROM tbl::text
+       AND EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'this TTL change of table % also changes the table (per-row TTL columns, value TTL counted from writes, or strict visibility)',
+            tbl::regclass
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Make it with the SQL API (ttl.set_options, ttl.reset_options, ttl.disable, ttl.enable_column, ttl.disable_column) or TTL DDL, not by writing ttl.policy or ttl.column_policy.';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ttl._validate_policy_delete() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM ttl._refuse_direct_table_change(OLD.relid, ttl._changes_table(OLD, NULL));
+    RETURN OLD;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate_delete ON ttl.policy;
+CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_policy_delete();
+
+CREATE OR REPLACE FUNCTION ttl._validate_column_policy_delete() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM ttl._refuse_direct_table_change(OLD.relid,
+        OLD.relative_to = 'write'
+        OR coalesce((SELECT p.strict_visibility FROM ttl.policy p WHERE p.relid = OLD.relid), false));
+    RETURN OLD;
+END
+$fn$;
+
+DROP TRIGGER IF EXISTS validate_delete ON ttl.column_policy;
+CREATE TRIGGER validate_delete BEFORE DELETE ON ttl.column_policy
+    FOR EACH ROW EXECUTE FUNCTION ttl._validate_column_policy_delete();

@@ -54,8 +54,6 @@ AS $fn$
 DECLARE
     tbl regclass := NEW.relid::regclass;
     parent regclass;
-    kind text;
-    typ oid;
     i integer;
     child_type oid;
     parent_type oid;
@@ -111,30 +109,9 @@ BEGIN
         RAISE EXCEPTION 'table %: value of "ttl_orphan_min_age" must not be negative, got %', tbl,
             coalesce(NEW.min_age::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT atttypid INTO typ FROM pg_attribute WHERE attrelid = NEW.relid AND attnum = NEW.age_attnum AND NOT attisdropped;
-    IF typ IS NULL THEN
-        RAISE EXCEPTION 'table %: the age column of "ttl_orphan_age_column" (attnum %) does not exist', tbl, NEW.age_attnum
-            USING ERRCODE = 'undefined_column';
-    END IF;
-    kind := ttl._type_kind(typ);
-    IF kind IS NULL THEN
-        RAISE EXCEPTION 'column "%" of table % has type %, which cannot be an age column', ttl._attname(NEW.relid, NEW.age_attnum),
-            tbl, typ::regtype USING ERRCODE = 'datatype_mismatch',
-            HINT = 'Use a date, timestamp or timestamptz column, or an integer, bigint or numeric column holding Unix time with "ttl_orphan_age_unit".';
-    END IF;
     NEW.age_unit := lower(btrim(NEW.age_unit));
-    IF kind = 'number' AND NEW.age_unit IS NULL THEN
-        RAISE EXCEPTION 'column "%" of table % is %: "ttl_orphan_age_unit" must be set', ttl._attname(NEW.relid, NEW.age_attnum),
-            tbl, typ::regtype USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF kind = 'time' AND NEW.age_unit IS NOT NULL THEN
-        RAISE EXCEPTION 'column "%" of table % is %: "ttl_orphan_age_unit" applies to numeric columns only',
-            ttl._attname(NEW.relid, NEW.age_attnum), tbl, typ::regtype USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.age_unit IS NOT NULL AND NEW.age_unit NOT IN ('seconds', 'milliseconds', 'microseconds', 'nanoseconds') THEN
-        RAISE EXCEPTION 'table %: value of "ttl_orphan_age_unit" must be seconds, milliseconds, microseconds or nanoseconds, got "%"',
-            tbl, NEW.age_unit USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM ttl._check_time_column(NEW.relid, NEW.age_attnum, NEW.age_unit, 'an age column', 'orphan_age_column',
+                                   'orphan_age_unit');
     IF NEW.job_cron IS NOT NULL THEN
         err := ttl.cron_error(NEW.job_cron);
         IF err IS NOT NULL THEN
