@@ -18,13 +18,13 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION ttl._get_policy(tbl regclass) RETURNS ttl.policy
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     p ttl.policy;
 BEGIN
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object',
             HINT = format('Enable it first: SELECT ttl.enable(%L, expire_after => ..., column_name => ...).', tbl::text);
@@ -82,7 +82,9 @@ BEGIN
 END
 $fn$;
 
--- Set several options at once (what TTL DDL turns into). On a table without
+-- Set several options at once (what TTL DDL turns into). The policy row is
+-- locked first: two sessions changing one table's TTL take turns, and neither
+-- loses the other's change. On a table without
 -- TTL this enables it, so "ttl_expire_after" and/or "ttl_expiration_expression"
 -- must be among them.
 CREATE OR REPLACE FUNCTION ttl.set_options(tbl regclass, options jsonb) RETURNS void
@@ -110,7 +112,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl FOR UPDATE;
     is_new := NOT FOUND;
     IF is_new THEN
         p := ttl._default_policy(tbl);
@@ -194,7 +196,7 @@ DECLARE
     found_any boolean := false;
 BEGIN
     PERFORM ttl._check_table(tbl);
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl FOR UPDATE;
     IF FOUND THEN
         PERFORM ttl._apply_change(p, NULL);
         found_any := true;

@@ -302,7 +302,7 @@ BEGIN
     PERFORM ttl._check_table(tbl);
     new_c.relid := tbl;
     new_c.attnum := ttl._attnum(tbl, column_name, 'column');
-    SELECT * INTO old_c FROM ttl.column_policy c WHERE c.relid = tbl AND c.attnum = new_c.attnum;
+    SELECT * INTO old_c FROM ttl.column_policy c WHERE c.relid = tbl AND c.attnum = new_c.attnum FOR UPDATE;
     IF FOUND THEN
         new_c := old_c;
     ELSE

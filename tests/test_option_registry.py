@@ -109,3 +109,24 @@ def test_alembic_enable_parameters_are_those_of_ttl_enable(conn: Conn) -> None:
     named = set(args[0][1:])
     assert {alembic_ops._ENABLE_ARGS.get(k, k) for k in alembic_ops._ENABLE_PARAMS} == named
     assert set(alembic_ops._ENABLE_PARAMS) <= {n for n, _, _, _ in registry(conn)}
+
+
+def test_two_sessions_changing_one_table_take_turns_and_keep_both_changes(conn: Conn, connect: Any) -> None:
+    import threading
+
+    conn.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'at')")
+    first = connect(autocommit=False)
+    first.execute("SELECT ttl.set_option('t', 'delete_batch_size', '5')")  # not committed yet
+    second = connect()
+    done = threading.Event()
+
+    def change() -> None:
+        second.execute("SELECT ttl.set_option('t', 'select_batch_size', '7')")
+        done.set()
+
+    thread = threading.Thread(target=change)
+    thread.start()
+    assert not done.wait(0.5)  # waits for the first session's change
+    first.commit()
+    thread.join(10)
+    assert conn.execute("SELECT delete_batch_size, select_batch_size FROM ttl.policy").fetchone() == (5, 7)
