@@ -41,4 +41,7 @@ REMOVED: tuple[Removed, ...] = (
     Removed("0006", "function", "ttl._policy_after()"),
     Removed("0006", "function", "ttl._column_policy_mode()"),
     Removed("0006", "function", "ttl._column_policy_after()"),
+    # Column nulling walks block ranges instead of rescanning from the start per batch.
+    Removed("0007", "function",
+            "ttl.null_expired_values(regclass, regclass, name, integer, timestamp with time zone)"),
 )

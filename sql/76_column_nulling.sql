@@ -1,9 +1,15 @@
--- Column nulling, for the engine (pg_ttl/expire/columns.py). One bounded batch
--- on one table or leaf partition: expired values become NULL (or DEFAULT for
--- NOT NULL columns); the expiry is re-checked in the UPDATE itself, rows locked
--- by the application are skipped. Returns the number of rows changed.
-CREATE OR REPLACE FUNCTION ttl.null_expired_values(tbl regclass, part regclass, column_name name, batch integer,
-                                                   cutoff timestamptz DEFAULT now())
+-- Column nulling, for the engine (pg_ttl/expire/columns.py). One batch on one
+-- table or leaf partition: the blocks [from_block, to_block) of it, read once
+-- (the engine walks a unit's blocks in ranges sized to hold about one batch of
+-- due values, so a pass costs one sweep, however many values are due).
+-- Expired values become NULL (or DEFAULT for NOT NULL columns); the expiry is
+-- re-checked in the UPDATE itself. A plain UPDATE under the short
+-- row_lock_timeout setting first; if the application holds a row of the range,
+-- the range again with FOR UPDATE SKIP LOCKED (locking every row first costs
+-- as much as the update, so only then), leaving the locked rows for the next
+-- run. Returns the number of rows changed.
+CREATE OR REPLACE FUNCTION ttl.null_expired_values(tbl regclass, part regclass, column_name name,
+                                                   cutoff timestamptz, from_block bigint, to_block bigint)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -14,6 +20,8 @@ DECLARE
     target text;
     pending text;
     stmt text;
+    skip_locked text;
+    range text;
     n bigint;
     a record;
 BEGIN
@@ -43,14 +51,26 @@ BEGIN
     ELSE
         pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS NOT NULL', expiry, cutoff, column_name);
     END IF;
-    stmt := format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %2$s LIMIT %3$s FOR UPDATE SKIP LOCKED) '
-                   'UPDATE ONLY %1$s AS t SET %4$I = %5$s FROM due WHERE t.ctid = due.ctid AND %2$s',
-                   part, pending, batch, column_name, target);
+    range := format('ctid OPERATOR(pg_catalog.>=) %L::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) %L::pg_catalog.tid',
+                    format('(%s,0)', from_block), format('(%s,0)', to_block));
+    stmt := format('UPDATE ONLY %1$s SET %3$I = %4$s WHERE %5$s AND %2$s', part, pending, column_name, target, range);
+    skip_locked := format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %5$s AND %2$s FOR UPDATE SKIP LOCKED) '
+                          'UPDATE ONLY %1$s AS t SET %3$I = %4$s FROM due WHERE t.ctid = due.ctid AND %2$s',
+                          part, pending, column_name, target, range);
     -- The nulling UPDATE must not refresh write times or row expiry.
     PERFORM set_config('pg_ttl.expiring', 'on', true);
     PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
-    EXECUTE stmt;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM set_config('lock_timeout',
+                       coalesce((SELECT value FROM ttl.settings WHERE name = 'row_lock_timeout'), '50ms'), true);
+    BEGIN
+        EXECUTE stmt;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout',
+                           coalesce((SELECT value FROM ttl.settings WHERE name = 'lock_timeout'), '1s'), true);
+        EXECUTE skip_locked;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END;
     PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
     PERFORM set_config('pg_ttl.expiring', 'off', true);
     RETURN n;

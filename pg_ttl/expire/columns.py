@@ -1,10 +1,14 @@
 """Column TTL in the engine: expired values become NULL (or the column DEFAULT); rows stay.
 
-Each batch is one statement on one leaf partition (``ttl.null_expired_values``
-in sql/70_row_ttl.sql): it takes at most ``delete_batch_size`` due rows
-``FOR UPDATE SKIP LOCKED`` and re-checks the expiry in the UPDATE itself, so a
-value rewritten in between is kept and the engine never waits on an
-application's row lock. Rows that are not due are never written.
+Each batch is one statement on one block range of one leaf partition
+(``ttl.null_expired_values`` in sql/76_column_nulling.sql): it takes the due
+rows of those blocks ``FOR UPDATE SKIP LOCKED`` and re-checks the expiry in the
+UPDATE itself, so a value rewritten in between is kept and the engine never
+waits on an application's row lock. Rows that are not due are never written.
+Each range holds about ``select_batch_size`` rows (the rows examined per step),
+so a statement changes at most that many and a pass reads each block once (a
+batch that searched from the start again would rescan every value nulled
+before it).
 
 Two entry points: :func:`null_unit`, which the engine calls for tables with a
 table TTL (after a unit's expired rows are deleted, its expired values are
@@ -34,9 +38,14 @@ SELECT a.attname FROM ttl.column_policy cp
 """
 # Names travel as values and are quoted by the function: no name in the statement text,
 # where psycopg would read a '%' in it as a placeholder.
-NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s)"
+NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s, %s)"
 ACCOUNT = "UPDATE ttl.run_unit SET values_nulled = values_nulled + %s WHERE run_id = %s AND unit_relid = %s"
-ROW_ESTIMATE = "SELECT greatest(c.reltuples, 0)::int8 FROM pg_catalog.pg_class c WHERE c.oid = %s"
+# The unit's size in blocks now, and its rows per block as of the last ANALYZE.
+SIZE = """
+SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8,
+       CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages END
+  FROM pg_catalog.pg_class c WHERE c.oid = %s
+"""
 # Tables with column TTLs and no table TTL (the engine's units cover the others).
 COLUMN_ONLY = """
 SELECT DISTINCT cp.relid, n.nspname, c.relname
@@ -70,24 +79,25 @@ def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
     ``conn`` is in autocommit mode: each batch (and its accounting in
     ``ttl.run_unit``) is one short transaction.
     """
-    row = conn.execute(ROW_ESTIMATE, (unit_relid,)).fetchone()
-    # A NOT NULL column whose volatile DEFAULT keeps it "different from the default"
-    # would be picked again and again: a unit never needs more batches than rows.
-    max_batches = math.ceil(max(int(row[0]) if row else 0, batch_size) / batch_size) + 1
+    row = conn.execute(SIZE, (unit_relid,)).fetchone()
+    if row is None:  # dropped since it was listed
+        return
+    nblocks, per_block = int(row[0]), float(row[1] or 100.0)
     for (column,) in conn.execute(COLUMNS, (table_relid,)).fetchall():
-        for _ in range(max_batches):
+        block, step = 0, max(1, math.ceil(batch_size / per_block))
+        while block < nblocks:
             if stop is not None and stop.is_set():
                 return
+            upto = min(nblocks, block + step)
             with conn.transaction():
-                done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, batch_size, cutoff)).fetchone()
+                done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, cutoff, block, upto)).fetchone()
                 n = int(done[0]) if done else 0
                 if run_id is not None and n:
                     conn.execute(ACCOUNT, (n, run_id, unit_relid))
             yield n
             if limiter is not None:
                 limiter.add(n)
-            if n < batch_size:
-                break
+            block = upto
 
 
 def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
@@ -101,16 +111,20 @@ def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
 def null_unit(ctx: UnitContext) -> None:
     """After a unit's expired rows are deleted: its expired column values, counted in
     ``ctx.values_nulled`` batch by batch (exact even if a later batch fails)."""
-    for n in null_batches(ctx.conn, ctx.policy.relid, ctx.unit.relid, ctx.policy.delete_batch_size,
+    for n in null_batches(ctx.conn, ctx.policy.relid, ctx.unit.relid, ctx.policy.select_batch_size,
                           ctx.pred.cutoff, run_id=ctx.run_id, stop=ctx.stop, limiter=ctx.delete_limiter):
         ctx.values_nulled += n
 
 
 def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | None, cutoff: datetime,
                        stop: threading.Event | None = None, worker: str | None = None,
-                       batch_size: int = 1000) -> list[TableResult]:
-    """One pass over the tables that have column TTLs but no table TTL, partition by partition."""
+                       batch_size: int | None = None) -> list[TableResult]:
+    """One pass over the tables that have column TTLs but no table TTL, partition by partition;
+    ``batch_size`` rows examined per step (default: the select_batch_size option's default)."""
     results: list[TableResult] = []
+    if batch_size is None:
+        row = conn.execute("SELECT default_value::int FROM ttl.options WHERE name = 'select_batch_size'").fetchone()
+        batch_size = int(row[0]) if row else 10000
     ids = list(relids) if relids is not None else None
     for relid, schema, relname in conn.execute(COLUMN_ONLY, (ids, ids)).fetchall():
         if stop is not None and stop.is_set():
