@@ -367,6 +367,9 @@ def test_the_worker_runs_a_table_with_only_an_orphan_policy(conn: Conn, cli: Any
     assert result.returncode == 0, result.stderr
     assert conn.execute("SELECT count(*) FILTER (WHERE hash LIKE 'gone%') FROM data").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM data").fetchone() == (140,)
+    status = cli("status", "--json", "--dsn", dsn)
+    assert status.returncode == 0, status.stderr
+    assert "data" in status.stdout
 
 
 def test_options_as_ttl_ddl_spells_them(conn: Conn) -> None:
