@@ -185,7 +185,11 @@ def _scenario(db: psycopg.Connection[Any], dsn: str, sc: Scenario) -> None:
         assert any(status == "ok" for status, _ in statuses), (name, statuses)
         assert not [x for x in statuses if x[0] in ("failed", "timeout")], (name, statuses)
 
-    # an undisturbed pass leaves exactly the live rows
+    # undisturbed passes leave exactly the live rows: the first may resume a unit the
+    # trouble interrupted (from its checkpoint on: rows moved since into blocks before
+    # it are left to the next pass, which starts from the first block)
+    [resumed] = expire(dsn, ["ev"])
+    assert resumed.status == "ok", (resumed.error, resumed.units)
     [final] = expire(dsn, ["ev"])
     assert final.status == "ok", (final.error, final.units)
     left = db.execute("SELECT count(*) FILTER (WHERE expire_at = %s), count(*) FROM ev", (EXPIRED,)).fetchone()

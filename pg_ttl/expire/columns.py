@@ -80,7 +80,7 @@ def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
     ``ttl.run_unit``) is one short transaction.
     """
     row = conn.execute(SIZE, (unit_relid,)).fetchone()
-    if row is None:  # dropped since it was listed
+    if row is None or row[0] is None:  # dropped since it was listed (its size reads NULL once it is gone)
         return
     nblocks, per_block = int(row[0]), float(row[1] or 100.0)
     for (column,) in conn.execute(COLUMNS, (table_relid,)).fetchall():

@@ -197,7 +197,8 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
         return
     end = _block_of(str(last[0])) + 1
     size = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-    assert size is not None
+    if size is None:  # dropped since the unit was listed
+        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
     reltuples, relpages = float(size[1]), int(size[2])
     per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
     sbs = ctx.policy.select_batch_size
@@ -235,7 +236,7 @@ def ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
     """
     policy = ctx.policy
     row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-    if row is None:  # dropped since the unit was listed: the engine records it skipped
+    if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
         raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
     nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
     per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
