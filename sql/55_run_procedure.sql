@@ -1,9 +1,11 @@
 -- One expiration pass, server side, for pg_cron:
 --     CALL ttl.run();              -- every policy whose table the caller may act for
 --     CALL ttl.run('events');      -- one table
--- Deletes row by row by ctid block ranges (delete_batch_size rows per
--- transaction, COMMIT in between), re-checking expiry in every statement;
--- a range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
+-- A thin driver over the engine's SQL primitives: the unit claim, checkpoint
+-- take-over and history functions (sql/50_history.sql), and the block range
+-- DELETE of ttl.delete_rows_sql() (sql/52_delete_rows.sql) that pg-ttl run and
+-- the worker execute too; ranges of about delete_batch_size rows, COMMITs in
+-- between; a range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
 -- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
 -- expressions and triggers never run with the caller's rights; tables whose
 -- owner the caller is not a member of are left alone (a WARNING names them).
@@ -25,7 +27,8 @@ DECLARE
     row_lock_t text;
     p record;
     leaf record;
-    pred text;
+    del_sql text;
+    skip_sql text;
     run bigint;
     cp jsonb;
     nblocks bigint;
@@ -101,7 +104,6 @@ BEGIN
             COMMIT;
             CONTINUE;
         END IF;
-        SELECT e.expired INTO pred FROM ttl.expired_sql(p.relid, cutoff) e;
         INSERT INTO ttl.run (relid, table_name, worker, cutoff) VALUES (p.relid, p.name, 'ttl.run()', cutoff)
         RETURNING run_id INTO run;
         COMMIT;
@@ -111,7 +113,7 @@ BEGIN
                         SELECT p.relid
                         UNION ALL
                         SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-                    SELECT c.oid, format('%I.%I', n.nspname, c.relname) AS rel,
+                    SELECT c.oid,
                            CASE WHEN n.nspname = 'public' THEN c.relname::text
                                 ELSE n.nspname || '.' || c.relname END AS name
                       FROM tree
@@ -147,9 +149,16 @@ BEGIN
                        LATERAL (SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
                                             THEN c.reltuples / c.relpages ELSE 100 END AS per_block) d
                  WHERE c.oid = leaf.oid;
+                IF nblocks IS NOT NULL THEN
+                    del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
+                    skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
+                END IF;
             EXCEPTION WHEN lock_not_available OR query_canceled THEN
                 unit_status := 'timeout';
                 unit_error := SQLERRM;
+            WHEN undefined_table THEN
+                unit_status := 'skipped';
+                unit_error := 'the partition was dropped during the run';
             END;
             b := coalesce(pg_catalog.split_part(pg_catalog.btrim(cp->>'from', '()'), ',', 1)::bigint, 0);
             IF cp IS NOT NULL THEN
@@ -173,18 +182,15 @@ BEGIN
                 PERFORM pg_catalog.set_config('role', p.owner, true);
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
-                    EXECUTE format('WITH d AS (DELETE FROM ONLY %s WHERE ctid >= %L::tid AND ctid < %L::tid AND %s'
-                                   ' RETURNING 1) SELECT count(*) FROM d',
-                                   leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
+                    EXECUTE del_sql USING format('(%s,0)', b)::tid, format('(%s,0)', b + step)::tid;
+                    GET DIAGNOSTICS n = ROW_COUNT;
                 EXCEPTION WHEN lock_not_available OR serialization_failure THEN
                     -- an application holds a row (or moved it to another partition meanwhile):
                     -- redo the range without waiting on row locks; locked rows wait for the next run
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
-                        EXECUTE format('WITH d AS (DELETE FROM ONLY %1$s WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY %1$s'
-                                       ' WHERE ctid >= %2$L::tid AND ctid < %3$L::tid AND %4$s FOR UPDATE SKIP LOCKED))'
-                                       ' AND %4$s RETURNING 1) SELECT count(*) FROM d',
-                                       leaf.rel, format('(%s,0)', b), format('(%s,0)', b + step), pred) INTO n;
+                        EXECUTE skip_sql USING format('(%s,0)', b)::tid, format('(%s,0)', b + step)::tid;
+                        GET DIAGNOSTICS n = ROW_COUNT;
                     EXCEPTION WHEN serialization_failure THEN
                         n := 0;  -- moved again meanwhile: left for the next run
                         unit_error := 'rows moved to another partition during the run were left for the next run';

@@ -439,3 +439,28 @@ def test_sql_procedure_runs_one_pass(db: psycopg.Connection[Any], connect: Any) 
         ("t", "ctid", "ok", None)]
     psql.execute("CALL ttl.run('t')")
     assert [i for i in _ids(db) if i % 2 == 1] == []
+
+
+def test_block_range_delete_statement_is_the_databases(db: psycopg.Connection[Any], connect: Any) -> None:
+    """ttl.delete_rows_sql: the DELETE that pg-ttl run, the worker and CALL ttl.run() execute for a
+    block range; its bounds are $1/$2, expiry is re-checked, the SKIP LOCKED form passes a held row,
+    and a cutoff later than now() is refused (rows would expire early)."""
+    _make(db, "timestamptz", [(i, "2020-01-01" if i % 2 else "2100-01-01") for i in range(1, 11)],
+          "SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
+    plain, skip = db.execute("SELECT ttl.delete_rows_sql('t', 't', now()), "
+                             "ttl.delete_rows_sql('t', 't', now(), skip_locked => true)").fetchone() or (None, None)
+    assert "$1" in plain and "$2" in plain and "SKIP LOCKED" in skip and "SKIP LOCKED" not in plain
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="later than now"):
+        db.execute("SELECT ttl.delete_rows_sql('t', 't', now() + interval '1 second')")
+    db.rollback()
+    app = connect(autocommit=False)
+    app.execute("SELECT * FROM t WHERE id = 3 FOR UPDATE")
+    cur = psycopg.RawCursor(db).execute(skip, ("(0,0)", "(1,0)"))  # block 0 holds all ten rows
+    assert cur.rowcount == 4  # 1, 5, 7, 9: expired and not held
+    db.commit()
+    assert _ids(db) == [2, 3, 4, 6, 8, 10]
+    app.rollback()
+    assert psycopg.RawCursor(db).execute(plain, ("(1,0)", "(2,0)")).rowcount == 0  # an empty range
+    assert psycopg.RawCursor(db).execute(plain, ("(0,0)", "(1,0)")).rowcount == 1
+    db.commit()
+    assert _ids(db) == [2, 4, 6, 8, 10]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import psycopg
@@ -91,6 +91,7 @@ class UnitContext:
     deleted: int = 0
     values_nulled: int = 0  # column values, committed (columns.py)
     lock_timeout: str | None = None  # the session's lock_timeout when rows.py changed it
+    block_delete: dict[bool, str] = field(default_factory=dict)  # rows.py: DELETE by skip_locked
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

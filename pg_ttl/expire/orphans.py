@@ -78,7 +78,7 @@ def orphan_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff
     row = conn.execute("SELECT ttl.orphans_sql(%(relid)s, %(cutoff)s), ttl._table_search_path(%(relid)s)",
                        {"relid": policy.relid, "cutoff": cutoff}).fetchone()
     assert row is not None
-    return Predicate(cutoff, sql.SQL(row[0]), None, None, None, str(row[1]))
+    return Predicate(cutoff, sql.SQL(row[0]), None, None, None, str(row[1]), row_expiry=False)
 
 
 def orphan_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:

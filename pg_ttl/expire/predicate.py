@@ -84,6 +84,9 @@ class Predicate:
     column: sql.Identifier | None
     coltype: sql.Identifier | None
     search_path: str  # pg_catalog first, then the table's schema
+    # Row expiry (the table's TTL policy): its ctid ranges are deleted by
+    # ttl.delete_rows_sql's statement; orphans (sql/80_orphans.sql) by the condition above.
+    row_expiry: bool = True
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""

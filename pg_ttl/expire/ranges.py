@@ -44,11 +44,14 @@ class UnitTimeout(Exception):
 @dataclass
 class Chunk:
     """One phase-2 range: ``where`` bounds it (values as literals), ``checkpoint`` is
-    where to resume after it; ``selected`` < 0: as many as deleted."""
+    where to resume after it; ``selected`` < 0: as many as deleted; ``blocks``: the
+    block range [from, to) of a ctid range (row expiry deletes it by the statement of
+    ttl.delete_rows_sql)."""
 
     where: sql.Composable
     selected: int
     checkpoint: dict[str, Any]
+    blocks: tuple[int, int] | None = None
 
 
 
@@ -259,7 +262,7 @@ def _ctid_chunks(ctx: UnitContext, state: dict[str, float], batch_end: int, end:
         before = ctx.deleted
         where = sql.SQL("ctid {} {} AND ctid {} {}").format(_op(">="), _tid(f"({block},0)"), _op("<"),
                                                             _tid(f"({hi},0)"))
-        yield Chunk(where, -1, {"strategy": "ctid", "from": f"({hi},0)", "end": end})
+        yield Chunk(where, -1, {"strategy": "ctid", "from": f"({hi},0)", "end": end}, (block, hi))
         # follow the density, at most doubling the range at a time
         state["density"] = max((ctx.deleted - before) / blocks, state["density"] / 2)
         state["block"] = hi

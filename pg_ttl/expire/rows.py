@@ -6,7 +6,9 @@ or in ctid block ranges; ``choose_strategy`` picks between them from the
 planner's statistics.
 
 Phase 2 deletes one range per statement with the expiry predicate re-checked in
-that statement, so a row updated since phase 1 to a later expiry is kept.
+that statement, so a row updated since phase 1 to a later expiry is kept. A
+ctid range is deleted by the statement of ``ttl.delete_rows_sql``
+(sql/52_delete_rows.sql), the one ``CALL ttl.run()`` executes too.
 Ranges are grouped into transactions of at most ``GROUP_SECONDS`` with one
 update of the unit's counters and checkpoint each, committed together with the
 deletes: counts are exact and a killed run resumes after its last committed
@@ -29,11 +31,12 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+import psycopg
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import Chunk, ctid_batches, execute, index_batches, set_lock_timeout
+from pg_ttl.expire.ranges import Chunk, UnitTimeout, ctid_batches, execute, index_batches, set_lock_timeout
 
 TTL_INDEX = """
 SELECT ic.relname FROM pg_catalog.pg_index i
@@ -65,6 +68,7 @@ UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),
  WHERE run_id = {run_id} AND unit_relid = CAST({unit} AS pg_catalog.oid)
 RETURNING (SELECT count(*) FROM d)
 """)
+DELETE_ROWS_SQL = "SELECT ttl.delete_rows_sql(%s::oid::regclass, %s::oid::regclass, %s, %s)"
 # A range that keeps meeting rows moved to another partition (40001) is retried this
 # many times, then left for the next run.
 MOVED_RETRIES = 3
@@ -173,6 +177,8 @@ def _counted(ctx: UnitContext, chunk: Chunk, deleted: int) -> None:
 
 
 def _delete_plain(ctx: UnitContext, chunk: Chunk) -> int:
+    if chunk.blocks is not None and ctx.pred.row_expiry:
+        return _delete_blocks(ctx, chunk.blocks, reraise_lock=True)
     stmt = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired}").format(
         t=ctx.unit.ident, where=chunk.where, expired=ctx.pred.expired)
     return execute(ctx, stmt, reraise_lock=True).rowcount
@@ -187,9 +193,42 @@ def _account_group(ctx: UnitContext, group: list[tuple[Chunk, int]]) -> None:
                                      "unit": ctx.unit.relid})
 
 
-
-
 # -- phase 2 --------------------------------------------------------------------
+
+def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool = False,
+                   skip_locked: bool = False) -> int:
+    """A block range, by the database's own statement (sql/52_delete_rows.sql), read
+    once per unit; its $1/$2 are the range's bounds (a raw cursor: no '%' in the
+    expiration expression is read as a placeholder)."""
+    if skip_locked not in ctx.block_delete:
+        row = ctx.conn.execute(DELETE_ROWS_SQL, (ctx.policy.relid, ctx.unit.relid, ctx.pred.cutoff,
+                                                 skip_locked)).fetchone()
+        assert row is not None
+        ctx.block_delete[skip_locked] = row[0]
+    try:
+        cur = psycopg.RawCursor(ctx.conn).execute(ctx.block_delete[skip_locked],
+                                                  (f"({blocks[0]},0)", f"({blocks[1]},0)"))
+    except errors.LockNotAvailable as exc:
+        if reraise_lock:
+            raise
+        raise UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
+                          "by another session") from exc
+    except errors.QueryCanceled as exc:
+        raise UnitTimeout(f"statement_timeout ({ctx.settings.statement_timeout}) reached") from exc
+    return cur.rowcount
+
+
+def _blocks_accounted(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> int:
+    """A block range and the unit's counters in one transaction; the SKIP LOCKED form
+    under lock_timeout."""
+    assert chunk.blocks is not None
+    with ctx.conn.transaction():
+        if skip_locked:
+            ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (ctx.settings.lock_timeout,))
+        n = _delete_blocks(ctx, chunk.blocks, reraise_lock=not skip_locked, skip_locked=skip_locked)
+        _account_group(ctx, [(chunk, n)])
+    return n
+
 
 def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> None:
     """One range in its own transaction, counters included; ``skip_locked``: go straight
@@ -203,14 +242,16 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> 
         "DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {expired}"
         " FOR UPDATE SKIP LOCKED)) AND {expired} RETURNING 1"
     ).format(t=t, where=chunk.where, expired=expired)
+    blocks = chunk.blocks is not None and ctx.pred.row_expiry
     for _ in range(MOVED_RETRIES):
         deleted: int | None = None
         try:
             if not skip_locked:
                 with contextlib.suppress(errors.LockNotAvailable):
-                    deleted = _account(ctx, fast, chunk)
+                    deleted = _blocks_accounted(ctx, chunk, False) if blocks else _account(ctx, fast, chunk)
             if deleted is None:
-                deleted = _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout)
+                deleted = (_blocks_accounted(ctx, chunk, True) if blocks
+                           else _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout))
         except errors.SerializationFailure:
             # A row of the range was moved to another partition by an UPDATE that
             # committed while we waited on it (40001 even in READ COMMITTED): a new
