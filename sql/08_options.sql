@@ -39,7 +39,9 @@ SELECT o.position, o.name, o.policy_column, o.kind, o.default_value, o.descripti
     (14, 'strict', 'strict_visibility', 'bool', 'false',
      'Hide expired rows from queries before they are deleted (row security).'),
     (15, 'value_ttl_overrides_table_ttl', 'value_ttl_overrides_table_ttl', 'bool', 'false',
-     'A row''s own TTL replaces the table TTL even when shorter.')
+     'A row''s own TTL replaces the table TTL even when shorter.'),
+    (16, 'queue_shards', 'queue_shards', 'shards', '0',
+     'Keep each row''s expiry in this many side tables (an expiration queue): a pass reads only what expired, with no index on the table (0: no queue).')
   ) AS o(position, name, policy_column, kind, default_value, description);
 
 GRANT SELECT ON ttl.options TO PUBLIC;
@@ -149,6 +151,7 @@ BEGIN
             WHEN 'bool' THEN ttl._to_bool(option, value)::text
             WHEN 'batch' THEN ttl._to_int(option, value)::text
             WHEN 'rate' THEN ttl._to_int(option, value)::text
+            WHEN 'shards' THEN ttl._to_int(option, value)::text
             ELSE value
         END;
     END IF;

@@ -294,6 +294,11 @@ BEGIN
                 tbl, ttl._option_label(o.name), n USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
+    IF NEW.queue_shards < 0 OR NEW.queue_shards > 1024 THEN
+        RAISE EXCEPTION 'table %: value of "ttl_queue_shards" must be between 0 (no queue) and 1024, got %', tbl,
+            NEW.queue_shards USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'One shard per worker that should drain the table in parallel is enough; 4 to 16 is typical.';
+    END IF;
     IF NEW.partition_action NOT IN ('drop', 'detach') THEN
         RAISE EXCEPTION 'table %: value of "ttl_partition_action" must be drop or detach, got "%"', tbl, NEW.partition_action
             USING ERRCODE = 'invalid_parameter_value';

@@ -47,6 +47,13 @@ BEGIN
      WHERE status = 'running'
        AND relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
 
+    -- Expiration queues of dropped tables (a queue table dropped alone: its record).
+    FOR d IN SELECT q.relid FROM ttl.queue q
+              WHERE q.relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
+                 OR q.queue_relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
+    LOOP
+        PERFORM ttl._queue_drop(d.relid);
+    END LOOP;
     DELETE FROM ttl.policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.column_policy

@@ -251,6 +251,10 @@ BEGIN
         END IF;
         PERFORM ttl._sync_table(tbl);
     END IF;
+    -- The expiration queue follows the policy (sql/78_queues.sql).
+    IF coalesce(old_p.queue_shards, 0) > 0 OR coalesce(new_p.queue_shards, 0) > 0 THEN
+        PERFORM ttl._queue_sync(tbl);
+    END IF;
     -- Wake up workers (they also poll).
     PERFORM pg_notify('pg_ttl', tbl::regclass::text);
 END

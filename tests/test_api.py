@@ -219,7 +219,7 @@ def test_all_functions_pin_search_path(conn: psycopg.Connection[Any]) -> None:
     # Every SECURITY DEFINER function, reviewed: none runs SQL a table owner wrote
     # (the ALTER TABLE check runs as whoever altered the table).
     definers = [name for name, _, secdef, _, _ in rows if secdef]
-    assert set(definers) == {"_on_sql_drop", "_strict_view_sync", "prune_history", "close_dead_runs"}
+    assert set(definers) == {"_on_sql_drop", "_strict_view_sync", "prune_history", "close_dead_runs", "_queue_sync"}
 
 
 def test_zero_expire_after_expires_a_row_at_its_column_time(conn: psycopg.Connection[Any], dsn: str) -> None:

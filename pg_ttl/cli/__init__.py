@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "pg_ttl.cli.worker",
     "pg_ttl.cli.ddl",
     "pg_ttl.cli.orphans",
+    "pg_ttl.cli.queue",
 ]
 
 EPILOG = """\

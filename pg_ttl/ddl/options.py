@@ -27,6 +27,7 @@ class Kind(Enum):
     BOOL = "bool"
     BATCH = "batch"  # integer >= 1
     RATE = "rate"  # integer >= 0, 0 = unlimited
+    SHARDS = "shards"  # integer 0..1024, 0 = no expiration queue
     PARTITION_ACTION = "partition_action"
     SCHEMA = "schema"
     TABLE = "table"  # a table name, optionally with (columns)
@@ -51,6 +52,7 @@ OPTIONS: dict[str, Kind] = {
     "detach_schema": Kind.SCHEMA,
     "strict": Kind.BOOL,
     "value_ttl_overrides_table_ttl": Kind.BOOL,
+    "queue_shards": Kind.SHARDS,
 }
 
 # The orphan policy's options (docs/orphans.md), set through the same ALTER TABLE
@@ -384,6 +386,11 @@ def _check_rate(key: str, value: str) -> None:
         raise OptionError(f"value of {label(key)} must be at least 1 (or 0 for unlimited), got {value.strip()}")
 
 
+def _check_shards(key: str, value: str) -> None:
+    if not 0 <= _as_int(key, value) <= 1024:
+        raise OptionError(f"value of {label(key)} must be between 0 (no queue) and 1024, got {value.strip()}")
+
+
 def _check_partition_action(key: str, value: str) -> None:
     if value.strip().lower() not in PARTITION_ACTIONS:
         raise OptionError(f"value of {label(key)} must be drop or detach, got '{value}'")
@@ -398,6 +405,7 @@ _CHECKS = {
     Kind.BOOL: _check_bool,
     Kind.BATCH: _check_batch,
     Kind.RATE: _check_rate,
+    Kind.SHARDS: _check_shards,
     Kind.PARTITION_ACTION: _check_partition_action,
     Kind.SCHEMA: _check_schema,
     Kind.TABLE: _check_table,

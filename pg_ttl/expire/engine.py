@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, ranges, rows
+from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, queues, ranges, rows
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -136,7 +136,12 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             pred = build_predicate(conn, policy, cutoff)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
         result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
-        units = orphans.orphan_units(conn, policy) if kind == "orphans" else list_units(conn, policy, pred)
+        if kind == "orphans":
+            units = orphans.orphan_units(conn, policy)
+        elif queues.fill(conn, policy, lambda: stop is not None and stop.is_set()):
+            units = queues.shard_units(conn, policy)  # a filled expiration queue: its shards
+        else:
+            units = list_units(conn, policy, pred)
         _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress)
     except (psycopg.Error, LookupError) as exc:
         if conn.broken:
@@ -285,6 +290,13 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
             columns.null_unit(ctx)
+        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
+    elif unit.action == "queue":
+        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
+        res.strategy = "queue"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
+        res.status = queues.drain(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     else:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, None)

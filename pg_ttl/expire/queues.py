@@ -1,0 +1,107 @@
+"""Expiration queues: a table's rows' expiries kept in N shards beside it
+(the ``ttl_queue_shards`` option, sql/78_queues.sql).
+
+A table with a queue is not swept: each shard is a unit of work (claimed,
+checkpointed, resumable, several workers drain different shards at once). A
+shard is read in (expiry, key) order from its checkpoint, ``delete_batch_size``
+entries per transaction: the rows of the entries whose expiry has passed are
+deleted with the expiry re-checked on the row itself and application row locks
+skipped (the table's DELETE trigger removes their entries), then the entries
+of that range whose row is gone or now expires at another instant are removed
+or moved (``ttl.queue_repair_sql``). The statements are the database's
+(``ttl.queue_drain_sql``); this module runs them and keeps the books.
+
+A queue being filled (existing rows added by ``ttl.queue_backfill``) is
+filled first, batch by batch; a pass stopped meanwhile sweeps the table as if
+it had no queue, and the next one goes on filling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors
+from psycopg.types.json import Jsonb
+
+from pg_ttl.expire.context import UnitContext
+from pg_ttl.expire.predicate import EnginePolicy
+from pg_ttl.expire.ranges import UnitTimeout
+from pg_ttl.expire.units import Unit
+
+SHARDS = """
+SELECT c.oid, c.relname, q.backfilled
+  FROM ttl.queue q
+  JOIN pg_catalog.pg_inherits i ON i.inhparent = q.queue_relid
+  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+ WHERE q.relid = %s
+ ORDER BY c.relname
+"""
+BACKFILL = "SELECT ttl.queue_backfill(%s::oid::regclass, %s)"
+BACKFILL_BATCH = 10_000
+ACCOUNT = """
+UPDATE ttl.run_unit SET rows_selected = rows_selected + %(selected)s, rows_deleted = rows_deleted + %(deleted)s,
+       checkpoint = %(checkpoint)s
+ WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
+"""
+
+
+def fill(conn: psycopg.Connection[Any], policy: EnginePolicy, stopping: Any) -> bool:
+    """Add the table's existing rows to its queue until it is filled (one short
+    transaction per batch); False when the table has no queue or it is not filled yet
+    (stopped meanwhile)."""
+    row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
+    if row is None:
+        return False
+    while not row[0]:
+        if stopping():
+            return False
+        n = conn.execute(BACKFILL, (policy.relid, BACKFILL_BATCH)).fetchone()
+        row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
+        if row is None or (n is not None and n[0] == 0 and not row[0]):
+            return False
+    return True
+
+
+def shard_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:
+    """One unit per shard of the table's queue."""
+    return [Unit(int(oid), "ttl", str(relname), "queue") for oid, relname, _ in conn.execute(SHARDS, (policy.relid,))]
+
+
+def drain(ctx: UnitContext) -> str:
+    """Drain one shard at the run's cutoff; returns 'ok' or 'partial' (stopped)."""
+    shard = int(ctx.unit.relname.rsplit("_", 1)[1])
+    row = ctx.conn.execute("SELECT ttl.queue_drain_sql(%s, %s, %s), ttl.queue_repair_sql(%s, %s)",
+                           (ctx.policy.relid, shard, ctx.pred.cutoff, ctx.policy.relid, shard)).fetchone()
+    assert row is not None
+    drain_sql, repair_sql = str(row[0]), str(row[1])
+    after = (ctx.checkpoint or {}).get("after") if (ctx.checkpoint or {}).get("strategy") == "queue" else None
+    batch = max(1, ctx.policy.delete_batch_size)
+    cur = psycopg.RawCursor(ctx.conn)
+    while True:
+        if ctx.stopping():
+            return "partial"
+        try:
+            with ctx.conn.transaction():
+                got = cur.execute(drain_sql, (Jsonb(after) if after is not None else None, batch)).fetchone()
+                assert got is not None
+                selected, deleted, last = int(got[0]), int(got[1]), got[2]
+                if selected == 0:
+                    return "ok"
+                cur.execute(repair_sql, (Jsonb(after) if after is not None else None, Jsonb(last)))
+                ctx.conn.execute(ACCOUNT, {"selected": selected, "deleted": deleted, "run_id": ctx.run_id,
+                                           "unit": ctx.unit.relid,
+                                           "checkpoint": Jsonb({"strategy": "queue", "after": last})})
+        except errors.LockNotAvailable as exc:
+            raise UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
+                              "by another session") from exc
+        except errors.SerializationFailure:
+            continue  # a row moved to another partition meanwhile: a new statement no longer sees it
+        after = last
+        ctx.selected += selected
+        ctx.deleted += deleted
+        ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, selected, deleted)
+        ctx.select_limiter.add(selected)
+        ctx.delete_limiter.add(deleted)
+        if selected < batch:
+            return "ok"

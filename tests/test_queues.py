@@ -1,0 +1,284 @@
+"""Expiration queues ("ttl_queue_shards", sql/78_queues.sql, pg_ttl/expire/queues.py):
+the queue stays exact under every kind of write, a pass reads only what expired,
+resumes where it stopped, re-checks every entry against its row, and the queue's
+code runs as the table's owner."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pg_ttl.expire import expire
+
+
+def _queue(db: psycopg.Connection[Any], table: str = "t") -> set[tuple[int, datetime]]:
+    """The queue's entries as (key, expiry), all shards."""
+    name = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue WHERE relid = %s::regclass",
+                      (table,)).fetchone()
+    assert name is not None
+    return {(int(k), e) for k, e in db.execute(f"SELECT k1, expires_at FROM {name[0]}").fetchall()}
+
+
+def _expected(db: psycopg.Connection[Any]) -> set[tuple[int, datetime]]:
+    """Each row's expiry, computed here independently of pg_ttl: v + 1 day, NULL never."""
+    return {(int(k), e) for k, e in db.execute(
+        "SELECT id, v + interval '1 day' FROM t WHERE v IS NOT NULL").fetchall()}
+
+
+def _table(db: psycopg.Connection[Any], rows: int, expired_every: int, shards: int = 4) -> None:
+    """`rows` rows; every `expired_every`-th expired a year ago, the rest live for a year."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz, n int NOT NULL DEFAULT 0)")
+    db.execute("INSERT INTO t SELECT g, CASE WHEN g %% %s = 0 THEN now() - interval '1 year'"
+               " ELSE now() + interval '1 year' END FROM generate_series(1, %s) g", (expired_every, rows))
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', %s)", (str(shards),))
+    db.commit()
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("insert"), st.integers(1, 40), st.sampled_from(["-3 days", "2 days", None])),
+    st.tuples(st.just("expiry"), st.integers(1, 40), st.sampled_from(["-1 day", "5 days", None])),
+    st.tuples(st.just("other"), st.integers(1, 40), st.none()),
+    st.tuples(st.just("key"), st.integers(1, 40), st.integers(41, 80)),
+    st.tuples(st.just("delete"), st.integers(1, 40), st.none()),
+    st.tuples(st.just("bulk"), st.integers(1, 40), st.none()),
+    st.tuples(st.just("copy"), st.integers(100, 120), st.none()),
+    st.tuples(st.just("truncate"), st.none(), st.none()),
+), min_size=1, max_size=12)
+
+
+def _write(db: psycopg.Connection[Any], op: str, a: Any, b: Any) -> None:
+    """One generated write."""
+    if op == "insert":
+        db.execute("INSERT INTO t VALUES (%s + 1000, now() + %s::interval) ON CONFLICT DO NOTHING", (a, b))
+    elif op == "expiry":
+        db.execute("UPDATE t SET v = now() + %s::interval WHERE id = %s", (b, a))
+    elif op == "other":
+        db.execute("UPDATE t SET n = n + 1 WHERE id >= %s", (a,))  # expiry unchanged: nothing to do
+    elif op == "key":
+        db.execute("UPDATE t SET id = id + 1000 WHERE id BETWEEN %s AND %s", (a, b))
+    elif op == "delete":
+        db.execute("DELETE FROM t WHERE id %% 7 = %s %% 7", (a,))
+    elif op == "bulk":
+        db.execute("INSERT INTO t SELECT g + 5000, now() + g * interval '1 hour' FROM generate_series(1, %s) g"
+                   " ON CONFLICT DO NOTHING", (a,))
+    elif op == "copy":
+        with db.cursor().copy("COPY t (id, v) FROM STDIN") as copy:
+            for i in range(a, a + 5):
+                copy.write_row((i + 9000, "2020-01-01"))
+    else:
+        db.execute("TRUNCATE t")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=OPS)
+def test_the_queue_follows_every_kind_of_write(db: psycopg.Connection[Any], ops: list[tuple[Any, Any, Any]]) -> None:
+    db.rollback()
+    db.execute("DROP TABLE IF EXISTS t")
+    _table(db, 30, 3)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.commit()
+    assert _queue(db) == _expected(db)
+    for op, a, b in ops:
+        try:
+            _write(db, op, a, b)
+        except psycopg.errors.UniqueViolation:
+            db.rollback()  # a generated key already taken: the queue must be untouched too
+        db.commit()
+        assert _queue(db) == _expected(db), op
+    db.execute("DROP TABLE t")
+    db.commit()
+
+
+def test_a_pass_reads_only_what_expired_and_deletes_it(db: psycopg.Connection[Any], dsn: str) -> None:
+    _table(db, 20_000, 100)  # 200 expired
+    [res] = expire(dsn, ["t"])
+    assert res.status == "ok" and res.rows_deleted == 200
+    assert sorted(u.action for u in res.units) == ["queue"] * 4
+    # the existing rows were added first; then only the 200 expired entries were read
+    assert db.execute("SELECT sum(rows_selected) FROM ttl.run_unit").fetchone() == (200,)
+    assert db.execute("SELECT count(*) FROM t WHERE v < now()").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (19_800,)
+    assert _queue(db) == _expected(db)
+
+
+def test_a_stopped_pass_resumes_after_its_last_entry(db: psycopg.Connection[Any], dsn: str) -> None:
+    _table(db, 4000, 2, shards=1)  # 2000 expired, one shard, batches of 100
+    db.execute("SELECT ttl.set_option('t', 'delete_batch_size', '100')")
+    db.commit()
+    stop = threading.Event()
+
+    class StopAfterThree:
+        n = 0
+
+        def unit_started(self, *a: Any) -> None:
+            pass
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            self.n += 1
+            if self.n == 3:
+                stop.set()
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    [res] = expire(dsn, ["t"], stop=stop, progress=StopAfterThree())
+    assert res.status == "partial" and res.rows_deleted == 300
+    cp = db.execute("SELECT checkpoint FROM ttl.run_unit").fetchone()
+    assert cp is not None and cp[0]["strategy"] == "queue"
+    # the checkpoint is the 300th expired entry in (expiry, key) order (one expiry): key 600
+    assert cp[0]["after"][1] == 600
+    [res] = expire(dsn, ["t"])
+    assert res.status == "ok" and res.rows_deleted == 1700
+    # where the second run started: after the first run's checkpoint, reading only the rest
+    row = db.execute("SELECT resumed_from, rows_selected FROM ttl.run_unit WHERE run_id = %s",
+                     (res.run_id,)).fetchone()
+    assert row is not None and row[0] == cp[0] and row[1] == 1700
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (2000,)
+
+
+def test_every_entry_is_checked_against_its_row(db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
+    _table(db, 100, 10)  # 10 expired
+    db.execute("SELECT ttl.queue_backfill('t')")
+    queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+    assert queue is not None
+    # stale entries: row 5 (live) listed as expired; key 999 has no row
+    db.execute(f"UPDATE {queue[0]} SET expires_at = '2000-01-01' WHERE k1 = 5")
+    db.execute(f"INSERT INTO {queue[0]} SELECT shard, '2000-01-01', 999 FROM {queue[0]} LIMIT 1")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("SELECT * FROM t WHERE id = 20 FOR UPDATE")  # an expired row the application holds
+    [res] = expire(dsn, ["t"])
+    assert res.status == "ok" and res.rows_deleted == 9
+    assert [r[0] for r in db.execute("SELECT id FROM t WHERE v < now() OR id = 5").fetchall()] == [5, 20]
+    db.commit()
+    entries = _queue(db)
+    assert entries == _expected(db)  # row 5's entry moved to its real expiry, 999's gone, 20's kept
+    app.rollback()
+    [res] = expire(dsn, ["t"])
+    assert res.rows_deleted == 1 and _queue(db) == _expected(db)
+
+
+def test_writers_need_no_right_on_the_queue_and_owner_code_runs_as_the_owner(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    db.autocommit = True
+    db.execute("CREATE ROLE qowner LOGIN")
+    db.execute("CREATE ROLE qwriter LOGIN")
+    db.execute("GRANT CREATE, USAGE ON SCHEMA public TO qowner")
+    try:
+        owner = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user="qowner"), autocommit=True)
+        owner.execute("CREATE TABLE public.items (id int PRIMARY KEY, v timestamptz, who name)")
+        owner.execute("CREATE FUNCTION public.exp(t timestamptz) RETURNS timestamptz LANGUAGE sql IMMUTABLE"
+                      " AS $$ SELECT t + interval '1 day' $$")
+        owner.execute("SELECT ttl.enable('public.items', expiration_expression => 'public.exp(v)')")
+        owner.execute("SELECT ttl.set_option('public.items', 'queue_shards', '2')")
+        owner.execute("GRANT INSERT, UPDATE, DELETE, SELECT ON public.items TO qwriter")
+        writer = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user="qwriter"), autocommit=True)
+        writer.execute("INSERT INTO public.items VALUES (1, '2020-01-01'), (2, '2100-01-01')")
+        queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+        assert queue is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            writer.execute(f"SELECT * FROM {queue[0]}")
+        owned = db.execute(f"SELECT k1, pg_catalog.pg_get_userbyid(c.relowner) FROM {queue[0]}, pg_class c"
+                           f" WHERE c.oid = '{queue[0]}'::regclass ORDER BY 1").fetchall()
+        assert owned == [(1, "qowner"), (2, "qowner")]
+        # a writer cannot drop another owner's queue through pg_ttl's functions
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            writer.execute("SELECT ttl._queue_drop('public.items'::regclass)")
+        owner.execute("SELECT ttl.queue_backfill('public.items')")
+        [res] = expire(dsn, ["items"])
+        assert res.rows_deleted == 1
+        owner.close()
+        writer.close()
+    finally:
+        db.execute("DROP OWNED BY qowner, qwriter CASCADE")
+        db.execute("DROP ROLE qowner, qwriter")
+
+
+def test_bad_values_and_tables_without_a_key_are_refused(db: psycopg.Connection[Any]) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
+    db.execute("CREATE TABLE nokey (id int, v timestamptz)")
+    db.execute("CREATE TABLE parted (id int, v timestamptz, PRIMARY KEY (id, v)) PARTITION BY RANGE (v)")
+    for table in ("t", "nokey", "parted"):
+        db.execute("SELECT ttl.enable(%s, expire_after => '1 day', column_name => 'v')", (table,))
+    db.commit()
+    for value, message in ((r"-1", r"between 0 \(no queue\) and 1024, got -1"),
+                           ("2000", r"between 0 \(no queue\) and 1024, got 2000"),
+                           ("many", "must be an integer")):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+            db.execute("SELECT ttl.set_option('t', 'queue_shards', %s)", (value,))
+        db.rollback()
+    with pytest.raises(psycopg.errors.InvalidTableDefinition, match="no primary key or unique index"):
+        db.execute("SELECT ttl.set_option('nokey', 'queue_shards', '4')")
+    db.rollback()
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="partitioned"):
+        db.execute("SELECT ttl.set_option('parted', 'queue_shards', '4')")
+    db.rollback()
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
+
+
+def test_off_drop_and_changes_remove_or_rebuild_the_queue(db: psycopg.Connection[Any], dsn: str) -> None:
+    _table(db, 100, 10)
+    objects = ("SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+               "         WHERE n.nspname = 'ttl' AND c.relname LIKE 't\\_%%\\_queue%%' AND c.relkind IN ('r', 'p')),"
+               " (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'ttl\\_queue\\_%%'),"
+               " (SELECT count(*) FROM pg_proc WHERE proname LIKE 'queue\\_%%\\_sync')")
+    assert db.execute(objects).fetchone() == (5, 4, 1)  # the parent and 4 shards
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.execute("ALTER TABLE t RENAME TO t2")  # kept by oid
+    db.execute("ALTER TABLE t2 RENAME TO t")
+    db.execute("SELECT ttl.set_option('t', 'expire_after', '2 days')")  # entries computed anew
+    assert db.execute("SELECT backfilled FROM ttl.queue").fetchone() == (False,)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    assert _queue(db) == {(int(k), e) for k, e in db.execute(
+        "SELECT id, v + interval '2 days' FROM t WHERE v IS NOT NULL").fetchall()}
+    assert db.execute("SELECT count(*) FROM ttl.queue_verify('t') WHERE missing = 0 AND stale = 0").fetchone() == (1,)
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', '2')")
+    assert db.execute(objects).fetchone() == (3, 4, 1)
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', '0')")
+    assert db.execute(objects).fetchone() == (0, 0, 0)
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', '3')")
+    db.execute("DROP TABLE t")
+    assert db.execute(objects).fetchone() == (0, 0, 0)
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
+
+
+def test_verify_finds_and_repairs_missing_and_stale_entries(db: psycopg.Connection[Any], cli: Any, dsn: str) -> None:
+    _table(db, 50, 5)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+    assert queue is not None
+    db.execute(f"DELETE FROM {queue[0]} WHERE k1 IN (1, 2, 3)")
+    db.execute(f"UPDATE {queue[0]} SET expires_at = '2000-01-01' WHERE k1 = 4")
+    db.commit()
+    assert db.execute("SELECT missing, stale FROM ttl.queue_verify('t')").fetchone() == (4, 1)
+    result = cli("queue", "verify", "t", "--dsn", dsn)
+    assert result.returncode == 1 and "4 missing" in result.stdout and "1 stale" in result.stdout
+    result = cli("queue", "verify", "t", "--repair", "--dsn", dsn)
+    assert result.returncode == 0 and "repaired" in result.stdout
+    db.rollback()
+    assert _queue(db) == _expected(db)
+    assert cli("queue", "verify", "t", "--dsn", dsn).returncode == 0
+
+
+def test_ttl_ddl_sets_and_resets_the_queue(db: psycopg.Connection[Any]) -> None:
+    from pg_ttl.ddl import TtlDdlError
+    from pg_ttl.ddl.apply import apply
+
+    apply(db, "CREATE TABLE ev (id bigint PRIMARY KEY, at timestamptz)"
+              " WITH (ttl_expire_after = '1 day', ttl_column = 'at', ttl_queue_shards = 3);", "m.sql")
+    db.commit()
+    assert db.execute("SELECT shards FROM ttl.queue WHERE relid = 'ev'::regclass").fetchone() == (3,)
+    with pytest.raises(TtlDdlError, match=r"between 0 \(no queue\) and 1024"):
+        apply(db, "ALTER TABLE ev SET (ttl_queue_shards = 5000);", "m.sql")
+    db.rollback()
+    apply(db, "ALTER TABLE ev RESET (ttl_queue_shards);", "m.sql")
+    db.commit()
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
