@@ -282,3 +282,90 @@ def test_ttl_ddl_sets_and_resets_the_queue(db: psycopg.Connection[Any]) -> None:
     apply(db, "ALTER TABLE ev RESET (ttl_queue_shards);", "m.sql")
     db.commit()
     assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
+
+
+def test_two_engines_drain_different_shards_and_none_twice(db: psycopg.Connection[Any], dsn: str) -> None:
+    _table(db, 40_000, 2, shards=6)  # 20,000 expired over 6 shards
+    db.execute("SELECT ttl.set_option('t', 'delete_batch_size', '200')")
+    db.execute("SELECT ttl.queue_backfill('t', 100000)")
+    db.commit()
+    row = db.execute("SELECT now()").fetchone()
+    assert row is not None
+    results: list[Any] = []
+    engines = [threading.Thread(target=lambda: results.extend(expire(dsn, ["t"], cutoff=row[0]))) for _ in range(2)]
+    for t in engines:
+        t.start()
+    for t in engines:
+        t.join(120)
+    assert len(results) == 2 and sum(r.rows_deleted for r in results) == 20_000
+    done = db.execute("SELECT unit_name, count(*) FROM ttl.run_unit WHERE action = 'queue' AND status = 'ok'"
+                      " GROUP BY unit_name ORDER BY 1").fetchall()
+    assert len(done) == 6 and all(n == 1 for _, n in done)  # each shard drained by exactly one engine
+    assert db.execute("SELECT count(*) FROM ttl.run_unit WHERE status = 'skipped'").fetchone() == (6,)
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (20_000,)
+    assert _queue(db) == _expected(db)
+
+
+@pytest.mark.slow
+def test_a_killed_pass_resumes_after_its_last_committed_batch(db: psycopg.Connection[Any], dsn: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _table(db, 200_000, 2, shards=1)  # 100,000 expired, one shard
+    db.execute("SELECT ttl.set_option('t', 'delete_batch_size', '20')")
+    db.execute("SELECT ttl.queue_backfill('t', 1000000)")
+    db.commit()
+    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "t", "--quiet", "--dsn", dsn],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = db.execute("SELECT rows_deleted FROM ttl.run_unit WHERE action = 'queue'").fetchone()
+            db.commit()
+            if row and row[0] >= 2000:
+                break
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    for _ in range(200):  # until its server session has gone too
+        gone = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
+                          " AND datname = current_database()").fetchone()
+        db.commit()
+        if gone == (0,):
+            break
+        time.sleep(0.05)
+    killed = db.execute("SELECT status, checkpoint, rows_deleted FROM ttl.run_unit WHERE action = 'queue'").fetchone()
+    assert killed is not None and killed[0] == "running" and killed[1] is not None and 0 < killed[2] < 100_000
+    # the counters and the checkpoint committed with the deletes: exact, and the checkpoint is
+    # the last entry deleted (one expiry for all: key order; every 2nd key expired)
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (200_000 - killed[2],)
+    assert killed[1]["after"][1] == 2 * killed[2]
+    db.commit()
+    [res] = expire(dsn, ["t"])
+    resumed = db.execute("SELECT resumed_from, rows_selected FROM ttl.run_unit WHERE run_id = %s",
+                         (res.run_id,)).fetchone()
+    assert resumed == (killed[1], 100_000 - killed[2]) and res.status == "ok"  # started after it, read the rest
+    assert res.rows_deleted == 100_000 - killed[2]
+    assert _queue(db) == _expected(db)
+
+
+def test_plan_and_lag_read_the_queue(db: psycopg.Connection[Any], dsn: str, cli: Any) -> None:
+    from pg_ttl.expire import oldest_expired, plan
+
+    _table(db, 1000, 10, shards=2)  # 100 expired
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.commit()
+    plans = plan(db, "t")
+    assert [p.action for p in plans] == ["queue", "queue"]
+    assert sum(p.rows for p in plans) == 100 and sum(p.total_rows for p in plans) == 1000
+    expected = db.execute("SELECT min(v) + interval '1 day' FROM t").fetchone()
+    relid = db.execute("SELECT 't'::regclass::oid").fetchone()
+    assert expected is not None and relid is not None
+    assert oldest_expired(db, relid[0]) == expected[0]
+    out = cli("plan", "t", "--dsn", dsn).stdout
+    assert "drain queue shard" in out
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the plan changed nothing

@@ -54,9 +54,11 @@ class BarProgress:
 
     def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
         label = unit if unit == table else f"{table} > {unit}"
-        rows = action in ("delete", "orphans")
+        rows = action in ("delete", "orphans", "queue")
         if action == "orphans":
             label += " (orphans)"
+        elif action == "queue":
+            label += " (expiration queue)"
         elif not rows:
             label += f" ({action} partition)"
         self.tasks[(table, unit)] = self.progress.add_task(label, total=estimate if rows else 1)
@@ -75,7 +77,7 @@ class BarProgress:
             return
         if result.status == "ok":
             done = self.progress.tasks[task].completed
-            rows = result.action in ("delete", "orphans")
+            rows = result.action in ("delete", "orphans", "queue")
             self.progress.update(task, total=max(done, 1) if rows else 1, completed=max(done, 1) if rows else 1)
         else:
             self.progress.update(task, description=self.progress.tasks[task].description + f" [{result.status}]")
@@ -167,7 +169,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col.startswith(("rows", "reclaimed")) else "left")
     for p in plans:
         action = {"delete": "delete rows", "drop": "drop partition", "detach": "detach partition",
-                  "orphans": "delete orphans"}[p.action]
+                  "orphans": "delete orphans", "queue": "drain queue shard"}[p.action]
         if p.paused:
             action += " (paused)"
         table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}", f"{p.total_rows:,}",

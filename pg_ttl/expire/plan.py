@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pg_ttl.expire import orphans, owner
+from pg_ttl.expire import orphans, owner, queues
 from pg_ttl.expire.context import EngineSettings
 from pg_ttl.expire.engine import resolve_tables
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expiry_of, load_policies
@@ -22,7 +22,7 @@ from pg_ttl.expire.units import Unit, list_units
 class UnitPlan:
     table: str
     unit: str
-    action: str  # 'delete' | 'drop' | 'detach' | 'orphans'
+    action: str  # 'delete' | 'drop' | 'detach' | 'orphans' | 'queue' (a shard of the expiration queue)
     rows: int  # rows that would go
     total_rows: int  # rows in the unit now
     oldest_expiry: datetime | None  # of the rows that would go
@@ -69,8 +69,11 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
             pred = build_predicate(conn, policy, cutoff)
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
-            for unit in list_units(conn, policy, pred):
-                out.append(_plan_unit(conn, policy, pred, unit))
+            if queues.filled(conn, policy):
+                out.extend(_plan_shard(conn, policy, cutoff, unit) for unit in queues.shard_units(conn, policy))
+            else:
+                for unit in list_units(conn, policy, pred):
+                    out.append(_plan_unit(conn, policy, pred, unit))
             owner.restore(conn, local=True)
         for policy in orphans.load_orphan_policies(conn, relids):
             if relids is not None and policy.relid not in relids:
@@ -108,6 +111,25 @@ def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     return UnitPlan(policy.name, unit.name, unit.action, rows, total, oldest, reclaimed, unit.bound, policy.paused)
 
 
+def _plan_shard(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, unit: Unit) -> UnitPlan:
+    """A shard of the table's expiration queue: its entries due at the cutoff, counted
+    exactly through its primary key (what a pass reads; rows the application holds
+    then, or moved meanwhile, stay)."""
+    shard = queues.shard_number(unit)
+    # values as literals: a '%' in the table's name must not read as a placeholder
+    row = conn.execute(sql.SQL(
+        "SELECT count(*) FILTER (WHERE expires_at <= {c}), count(*), min(expires_at) FILTER (WHERE expires_at <= {c}),"
+        " pg_catalog.pg_total_relation_size({t}::regclass) FROM ONLY {q} WHERE shard = {s}").format(
+        c=sql.Literal(cutoff), t=sql.Literal(policy.relid), q=unit.ident, s=sql.Literal(shard))).fetchone()
+    assert row is not None
+    rows, total, oldest, size = int(row[0]), int(row[1]), row[2], int(row[3])
+    table_rows = conn.execute("SELECT greatest(reltuples, 1) FROM pg_catalog.pg_class WHERE oid = %s",
+                              (policy.relid,)).fetchone()
+    share = rows / float(table_rows[0]) if table_rows else 0.0
+    return UnitPlan(policy.name, unit.name, "queue", rows, total, oldest, int(size * min(share, 1.0)), None,
+                    policy.paused)
+
+
 def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None:
     """Expiry time of the oldest expired row still present (None: nothing expired).
 
@@ -122,6 +144,12 @@ def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None
         pred = build_predicate(conn, policy, cutoff)
         owner.become(conn, policy.owner, policy.name, local=True)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+        if queues.filled(conn, policy):
+            # the queue knows: one probe of each shard's primary key
+            found = [conn.execute(sql.SQL("SELECT min(expires_at) FROM ONLY {} WHERE shard = {} AND expires_at <= {}")
+                                  .format(unit.ident, sql.Literal(queues.shard_number(unit)), sql.Literal(cutoff)))
+                     .fetchone() for unit in queues.shard_units(conn, policy)]
+            return min((r[0] for r in found if r and r[0] is not None), default=None)
         query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(conn, policy, pred), policy.ident,
                                                              pred.expired)
         row = conn.execute(query).fetchone()

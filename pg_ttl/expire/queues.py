@@ -63,6 +63,17 @@ def fill(conn: psycopg.Connection[Any], policy: EnginePolicy, stopping: Any) -> 
     return True
 
 
+def filled(conn: psycopg.Connection[Any], policy: EnginePolicy) -> bool:
+    """Has the table a queue, filled with its existing rows?"""
+    row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
+    return bool(row and row[0])
+
+
+def shard_number(unit: Unit) -> int:
+    """A shard table is named ..._queue_<k>."""
+    return int(unit.relname.rsplit("_", 1)[1])
+
+
 def shard_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:
     """One unit per shard of the table's queue."""
     return [Unit(int(oid), "ttl", str(relname), "queue") for oid, relname, _ in conn.execute(SHARDS, (policy.relid,))]
@@ -70,7 +81,7 @@ def shard_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Uni
 
 def drain(ctx: UnitContext) -> str:
     """Drain one shard at the run's cutoff; returns 'ok' or 'partial' (stopped)."""
-    shard = int(ctx.unit.relname.rsplit("_", 1)[1])
+    shard = shard_number(ctx.unit)
     row = ctx.conn.execute("SELECT ttl.queue_drain_sql(%s, %s, %s), ttl.queue_repair_sql(%s, %s)",
                            (ctx.policy.relid, shard, ctx.pred.cutoff, ctx.policy.relid, shard)).fetchone()
     assert row is not None
