@@ -10,8 +10,9 @@ fresh copy of the same data, in one run:
   the time to fill it is reported apart).
 
 1. One pg_ttl pass with 0.1% and 1% of the rows expired: seconds.
-2. UPDATE throughput: pgbench, 4 clients, ``UPDATE t SET seen_at = now(),
-   hits = hits + 1 WHERE id = random``, for SECONDS; tps and the HOT share
+2. UPDATE throughput: pgbench, 4 clients, for SECONDS each: ``UPDATE t SET
+   seen_at = now(), hits = hits + 1 WHERE id = random`` (the expiry moves) and
+   ``UPDATE t SET hits = hits + 1 ...`` (it does not); tps and the HOT share
    (n_tup_hot_upd / n_tup_upd). The same with no TTL at all.
 3. INSERT overhead of the queue's triggers vs none: the server process's CPU
    for single-row INSERT transactions and for one bulk INSERT ... SELECT.
@@ -43,7 +44,10 @@ INSERT INTO t SELECT g, CASE WHEN g %% %(every)s = 0 THEN now() - interval '2 da
   FROM generate_series(1, %(rows)s) g
 """
 LAYOUTS = ("sweep", "btree", "queue")
-UPDATE_SCRIPT = "\\set id random(1, {rows})\nUPDATE t SET seen_at = now(), hits = hits + 1 WHERE id = :id;\n"
+UPDATE_SCRIPTS = {
+    "expiry moves": "\\set id random(1, {rows})\nUPDATE t SET seen_at = now(), hits = hits + 1 WHERE id = :id;\n",
+    "other column": "\\set id random(1, {rows})\nUPDATE t SET hits = hits + 1 WHERE id = :id;\n",
+}
 
 
 def _layout(dsn: str, layout: str) -> float:
@@ -96,10 +100,10 @@ def passes(server: LocalServer, rows: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def _pgbench(server: LocalServer, dsn: str, rows: int, seconds: int) -> float:
+def _pgbench(server: LocalServer, dsn: str, script_text: str, seconds: int) -> float:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
-        script.write(UPDATE_SCRIPT.format(rows=rows))
+        script.write(script_text)
         script.flush()
         proc = subprocess.run([str(server.bindir / "pgbench"), "-n", "-M", "prepared", "-c", "4", "-j", "2",
                                "-T", str(seconds), "-f", script.name, "-h", str(info["host"]), "-p", str(info["port"]),
@@ -122,20 +126,21 @@ def updates(server: LocalServer, rows: int, seconds: int) -> dict[str, dict[str,
         conn.execute("VACUUM (FREEZE, ANALYZE) t")
     install.upgrade(dsn)
     out: dict[str, dict[str, float]] = {}
-    for layout in ("none", "btree", "queue"):
-        copy = _copy(server, template, f"{template}_{layout}")
-        _layout(copy, layout)
-        tps = _pgbench(server, copy, rows, seconds)
-        with psycopg.connect(copy, autocommit=True) as conn:
-            conn.execute("SELECT pg_stat_force_next_flush()")
-            time.sleep(1.0)
-            row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 't'"
-                               ).fetchone()
-            assert row is not None
-            if layout == "queue":
-                verify = conn.execute("SELECT missing, stale FROM ttl.queue_verify('t')").fetchone()
-                assert verify == (0, 0), verify
-        out[layout] = {"tps": tps, "hot_share": (row[1] / row[0]) if row[0] else 0.0}
+    for workload, script in UPDATE_SCRIPTS.items():
+        for layout in ("none", "btree", "queue"):
+            copy = _copy(server, template, f"{template}_{layout}")
+            _layout(copy, layout)
+            tps = _pgbench(server, copy, script.format(rows=rows), seconds)
+            with psycopg.connect(copy, autocommit=True) as conn:
+                conn.execute("SELECT pg_stat_force_next_flush()")
+                time.sleep(1.0)
+                row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 't'"
+                                   ).fetchone()
+                assert row is not None
+                if layout == "queue":
+                    verify = conn.execute("SELECT missing, stale FROM ttl.queue_verify('t')").fetchone()
+                    assert verify == (0, 0), verify
+            out[f"{workload}: {layout}"] = {"tps": tps, "hot_share": (row[1] / row[0]) if row[0] else 0.0}
     return out
 
 
@@ -193,11 +198,12 @@ def main() -> None:
             r = results["passes"][f"{share} {layout}"]
             print(f"| {share} ({r['rows_deleted']:,.0f} rows) | {layout} | {r['seconds']:.3f} | "
                   f"{sweep / r['seconds']:.1f}x faster | {r['fill_seconds']:.1f} s |")
-    print("\n| UPDATE layout | tps (4 clients) | vs btree | HOT share |")
-    print("|---|---|---|---|")
-    btree = results["updates"]["btree"]["tps"]
-    for layout, r in results["updates"].items():
-        print(f"| {layout} | {r['tps']:,.0f} | {r['tps'] / btree:.2f}x | {r['hot_share']:.0%} |")
+    print("\n| UPDATE | layout | tps (4 clients) | vs btree | HOT share |")
+    print("|---|---|---|---|---|")
+    for key, r in results["updates"].items():
+        workload, layout = key.split(": ")
+        btree = results["updates"][f"{workload}: btree"]["tps"]
+        print(f"| {workload} | {layout} | {r['tps']:,.0f} | {r['tps'] / btree:.2f}x | {r['hot_share']:.0%} |")
     ins = results["inserts"]
     print("\n| INSERT | no queue (CPU s) | queue (CPU s) | overhead |")
     print("|---|---|---|---|")

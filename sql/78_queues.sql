@@ -10,12 +10,14 @@
 -- key: the triggers find an entry again on UPDATE and DELETE without an index
 -- on the key, and a unique key spreads evenly over the shards.
 --
--- Statement-level triggers with transition tables keep the queue exact (bulk
--- writes cost one statement per write statement, not one per row): INSERT
--- adds entries, an UPDATE that changes a row's expiry or key moves them,
--- DELETE removes them, TRUNCATE empties the queue. They run as T's owner
--- (SECURITY DEFINER functions owned by that owner), so the owner's expression
--- never runs with anybody else's rights, and writers need no right on the queue.
+-- Triggers keep the queue exact. INSERT (and COPY), DELETE and TRUNCATE:
+-- statement-level, with transition tables (a bulk write costs one statement
+-- per write statement, not one per row). UPDATE: row-level, fired only when
+-- the row's expiry column or key changed (the WHEN clause, evaluated without
+-- calling any function: an UPDATE of other columns costs nothing), moving the
+-- row's entry. They run as T's owner (SECURITY DEFINER functions owned by that
+-- owner), so the owner's expression never runs with anybody else's rights, and
+-- writers need no right on the queue.
 --
 -- ttl._queue_sync makes the queue match the option (created, rebuilt when the
 -- expiry definition or the shard count changes, dropped); the SQL API calls it
@@ -36,6 +38,49 @@ AS $fn$
                         WHERE a.attrelid = tbl AND a.attnum = ANY (i.indkey::smallint[]) AND NOT a.attnotnull)
      ORDER BY i.indisprimary DESC, i.indnatts, i.indexrelid
      LIMIT 1
+$fn$;
+
+-- The shard of a row, over its key columns (each named `prefix` || column:
+-- '' for a table's own columns, 'OLD.', 'NEW.'): each key column hashed by its
+-- type's own hash function (the default hash operator class), so the same
+-- shard whatever the session's TimeZone or DateStyle (a key's text form
+-- depends on them), combined, modulo the shard count. A type without its own
+-- class (arrays, enums, ranges: polymorphic ones), or whose class's function is
+-- declared for another type (timestamptz), goes through hash_record, which
+-- costs more per statement.
+CREATE OR REPLACE FUNCTION ttl._queue_shard_sql(tbl oid, key smallint[], prefix text, shards integer) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('(((%s) OPERATOR(pg_catalog.&) 2147483647) OPERATOR(pg_catalog.%%) %s)::pg_catalog.int2',
+                  string_agg(h.term, ' OPERATOR(pg_catalog.#) ' ORDER BY k.ord), shards)
+      FROM unnest(key) WITH ORDINALITY k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum
+      CROSS JOIN LATERAL (
+          SELECT coalesce(
+              (SELECT format('%I.%I(%s%I::%s)', pn.nspname, pp.proname, prefix, a.attname, oc.opcintype::regtype)
+                 FROM pg_opclass oc
+                 JOIN pg_am am ON am.oid = oc.opcmethod AND am.amname = 'hash'
+                 JOIN pg_amproc ap ON ap.amprocfamily = oc.opcfamily AND ap.amproclefttype = oc.opcintype
+                                  AND ap.amprocrighttype = oc.opcintype AND ap.amprocnum = 1
+                 JOIN pg_proc pp ON pp.oid = ap.amproc
+                 JOIN pg_namespace pn ON pn.oid = pp.pronamespace
+                WHERE oc.opcdefault
+                  AND (oc.opcintype = a.atttypid
+                       OR oc.opcintype = (SELECT t.typbasetype FROM pg_type t WHERE t.oid = a.atttypid)
+                       OR EXISTS (SELECT 1 FROM pg_cast c WHERE c.castsource = a.atttypid
+                                     AND c.casttarget = oc.opcintype AND c.castmethod = 'b'))
+                  AND oc.opcintype NOT IN ('anyarray'::regtype, 'anyenum'::regtype, 'anyrange'::regtype,
+                                           'anymultirange'::regtype, 'record'::regtype)
+                  -- a function declared for another type (timestamptz's is timestamp_hash(timestamp))
+                  -- would need a cast, and a cast may depend on the session (TimeZone)
+                  AND pp.proargtypes[0] = oc.opcintype
+                ORDER BY oc.opcintype = a.atttypid DESC
+                LIMIT 1),
+              format('pg_catalog.hash_record(ROW(%s%I))', prefix, a.attname)) AS hash
+      ) h0
+      CROSS JOIN LATERAL (SELECT CASE WHEN k.ord = 1 THEN h0.hash
+                                      ELSE format('(%s OPERATOR(pg_catalog.<<) %s)', h0.hash, (k.ord * 7) % 31) END AS term) h
 $fn$;
 
 -- The pieces of SQL a queue's statements are built from.
@@ -66,8 +111,7 @@ BEGIN
       JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum;
     expiry := ttl._row_expiry_sql(p);
     shards := q.shards;
-    shard := format('((pg_catalog.hashtext(ROW(%s)::pg_catalog.text) OPERATOR(pg_catalog.&) 2147483647)'
-                    ' OPERATOR(pg_catalog.%%) %s)::pg_catalog.int2', array_to_string(keys, ', '), q.shards);
+    shard := ttl._queue_shard_sql(tbl, q.key_attnums, '', q.shards);
 END
 $fn$;
 
@@ -106,6 +150,7 @@ BEGIN
         EXECUTE format('DROP TABLE %s', q.queue_relid::regclass);
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS ttl.%I()', format('queue_%s_sync', tbl));
+    EXECUTE format('DROP FUNCTION IF EXISTS ttl.%I()', format('queue_%s_move', tbl));
 END
 $fn$;
 
@@ -130,6 +175,8 @@ DECLARE
     base text;
     parent text;
     fn text := format('queue_%s_sync', tbl);
+    move_fn text := format('queue_%s_move', tbl);
+    f text;
     s record;
     k integer;
     cols text := '';
@@ -157,6 +204,16 @@ BEGIN
             USING ERRCODE = 'invalid_table_definition',
                   HINT = 'The queue finds a row again by its key. Add a primary key, or leave "ttl_queue_shards" at 0.';
     END IF;
+    -- A row's shard hashes its key with the key types' hash functions.
+    BEGIN
+        EXECUTE format('SELECT %s FROM (SELECT %s) r', ttl._queue_shard_sql(tbl, key, '', 1),
+                       (SELECT string_agg(format('NULL::%s AS %I', format_type(a.atttypid, a.atttypmod), a.attname), ', ')
+                          FROM pg_attribute a WHERE a.attrelid = tbl AND a.attnum = ANY (key)));
+    EXCEPTION WHEN undefined_function THEN
+        RAISE EXCEPTION 'the key of table % cannot be hashed: %', tbl::regclass, SQLERRM
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'The queue spreads rows over its shards by a hash of the key; use a key of hashable types.';
+    END;
     base := left(c.relname, 40) || '_' || tbl || '_queue';
     parent := format('ttl.%I', base);
     FOR s IN SELECT k2.ord, format_type(a.atttypid, a.atttypmod) AS typ
@@ -180,12 +237,18 @@ BEGIN
         'CREATE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
         ' SET search_path = pg_catalog, %I, pg_temp AS %L',
         fn, c.nspname, ttl._queue_trigger_body(tbl));
-    EXECUTE format('ALTER FUNCTION ttl.%I() OWNER TO %I', fn, pg_get_userbyid(c.relowner));
-    EXECUTE format('REVOKE ALL ON FUNCTION ttl.%I() FROM PUBLIC', fn);
+    EXECUTE format(
+        'CREATE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
+        ' SET search_path = pg_catalog, %I, pg_temp SET plan_cache_mode = force_generic_plan AS %L',
+        move_fn, c.nspname, ttl._queue_move_body(tbl));
+    FOREACH f IN ARRAY ARRAY[fn, move_fn] LOOP
+        EXECUTE format('ALTER FUNCTION ttl.%I() OWNER TO %I', f, pg_get_userbyid(c.relowner));
+        EXECUTE format('REVOKE ALL ON FUNCTION ttl.%I() FROM PUBLIC', f);
+    END LOOP;
     EXECUTE format('CREATE TRIGGER ttl_queue_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows'
                    ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', tbl::regclass, fn);
-    EXECUTE format('CREATE TRIGGER ttl_queue_update AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows'
-                   ' NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', tbl::regclass, fn);
+    EXECUTE format('CREATE TRIGGER ttl_queue_update AFTER UPDATE ON %s FOR EACH ROW WHEN (%s)'
+                   ' EXECUTE FUNCTION ttl.%I()', tbl::regclass, ttl._queue_changed_sql(tbl), move_fn);
     EXECUTE format('CREATE TRIGGER ttl_queue_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows'
                    ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', tbl::regclass, fn);
     EXECUTE format('CREATE TRIGGER ttl_queue_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()',
@@ -195,10 +258,8 @@ BEGIN
 END
 $fn$;
 
--- The body of T's trigger function: entries as sets of (shard, expiry, key);
--- an UPDATE removes the old rows' entries that the new rows do not have, and
--- adds the new ones the old rows did not have (nothing for an UPDATE that
--- changes neither expiry nor key).
+-- The body of T's statement-level trigger function: entries as sets of
+-- (shard, expiry, key) from the transition tables.
 CREATE OR REPLACE FUNCTION ttl._queue_trigger_body(tbl oid) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -222,10 +283,6 @@ BEGIN
         SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL ON CONFLICT DO NOTHING;
     ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM %1$s q USING (%4$s) o WHERE %6$s;
-    ELSIF TG_OP = 'UPDATE' THEN
-        DELETE FROM %1$s q USING (%4$s EXCEPT %3$s) o WHERE %6$s;
-        INSERT INTO %1$s (shard, expires_at, %2$s)
-        SELECT * FROM (%3$s EXCEPT %4$s) n WHERE n.expires_at IS NOT NULL ON CONFLICT DO NOTHING;
     ELSE
         TRUNCATE %1$s;
         UPDATE ttl.queue SET backfill_after = NULL, backfilled = true WHERE relid = %5$s;
@@ -234,6 +291,97 @@ BEGIN
 END
 $body$, s.qname, ks, format('SELECT %s AS shard, %s AS expires_at, %s FROM new_rows', s.shard, s.expiry, keysel),
         format('SELECT %s AS shard, %s AS expires_at, %s FROM old_rows', s.shard, s.expiry, keysel), tbl, match);
+END
+$fn$;
+
+-- When an UPDATE may move a row's entry (the row trigger's WHEN clause): its
+-- expiry column or key changed. An expression policy may read any column:
+-- then any change. No function call: the condition runs as whoever updates.
+CREATE OR REPLACE FUNCTION ttl._queue_changed_sql(tbl oid) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    q ttl.queue;
+    cols text[];
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
+    IF p.ttl_attnum IS NULL AND p.row_expiry_attnum IS NULL THEN
+        RETURN 'OLD.* IS DISTINCT FROM NEW.*';
+    END IF;
+    SELECT array_agg(format('%I', a.attname) ORDER BY a.attnum) INTO cols
+      FROM pg_attribute a
+     WHERE a.attrelid = tbl AND (a.attnum = ANY (q.key_attnums) OR a.attnum = coalesce(p.ttl_attnum, p.row_expiry_attnum));
+    RETURN format('(%s) IS DISTINCT FROM (%s)',
+                  (SELECT string_agg('OLD.' || c, ', ') FROM unnest(cols) c),
+                  (SELECT string_agg('NEW.' || c, ', ') FROM unnest(cols) c));
+END
+$fn$;
+
+-- The body of T's row-level UPDATE trigger function: the old entry goes
+-- unless a row of the table has that key at that expiry now (AFTER row
+-- triggers fire once the whole statement is done: rows that swapped keys keep
+-- their entries; a row whose key did not change cannot have lost it to
+-- another), the new one is added. For a TTL column (or per-row expiry) the
+-- expiry and the shard are plain expressions over OLD and NEW (no query);
+-- an expression policy's expression is read over the row in a query. Its
+-- statements keep one plan (plan_cache_mode): with the shard known, the
+-- planner would otherwise plan each UPDATE anew to prune the other shards. Column
+-- names win over the function's own variables, whose names no table is likely
+-- to use.
+CREATE OR REPLACE FUNCTION ttl._queue_move_body(tbl oid) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+    p ttl.policy;
+    old_e text;
+    new_e text;
+    old_k text;
+    new_k text;
+BEGIN
+    s := ttl._queue_sql(tbl);
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    old_k := (SELECT string_agg('OLD.' || k, ', ') FROM unnest(s.keys) k);
+    new_k := (SELECT string_agg('NEW.' || k, ', ') FROM unnest(s.keys) k);
+    IF p.row_expiry_attnum IS NOT NULL THEN
+        old_e := format('pg_ttl_old_expiry := OLD.%I;', ttl._attname(tbl, p.row_expiry_attnum));
+        new_e := format('pg_ttl_new_expiry := NEW.%I;', ttl._attname(tbl, p.row_expiry_attnum));
+    ELSIF p.ttl_attnum IS NOT NULL THEN
+        old_e := format('pg_ttl_old_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
+                                                                     format('OLD.%I', ttl._attname(tbl, p.ttl_attnum))));
+        new_e := format('pg_ttl_new_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
+                                                                     format('NEW.%I', ttl._attname(tbl, p.ttl_attnum))));
+    ELSE
+        old_e := format('SELECT %s INTO pg_ttl_old_expiry FROM (SELECT OLD.*) r;', s.expiry);
+        new_e := format('SELECT %s INTO pg_ttl_new_expiry FROM (SELECT NEW.*) r;', s.expiry);
+    END IF;
+    RETURN format($body$
+#variable_conflict use_column
+DECLARE
+    pg_ttl_old_expiry timestamptz;
+    pg_ttl_new_expiry timestamptz;
+BEGIN
+    %2$s
+    %3$s
+    IF pg_ttl_old_expiry IS NOT NULL AND ((%4$s) IS NOT DISTINCT FROM (%5$s) OR NOT EXISTS (
+           SELECT 1 FROM ONLY %6$s m WHERE (%7$s) = (%4$s) AND %8$s = pg_ttl_old_expiry)) THEN
+        DELETE FROM %1$s q WHERE q.shard = %9$s AND q.expires_at = pg_ttl_old_expiry AND (%10$s) = (%4$s);
+    END IF;
+    IF pg_ttl_new_expiry IS NOT NULL THEN
+        INSERT INTO %1$s (shard, expires_at, %11$s) VALUES (%12$s, pg_ttl_new_expiry, %5$s) ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$body$, s.qname, old_e, new_e, old_k, new_k, tbl::regclass,
+        (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry,
+        ttl._queue_shard_sql(tbl, (SELECT key_attnums FROM ttl.queue WHERE relid = tbl), 'OLD.', s.shards),
+        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k),
+        array_to_string(s.ks, ', '),
+        ttl._queue_shard_sql(tbl, (SELECT key_attnums FROM ttl.queue WHERE relid = tbl), 'NEW.', s.shards));
 END
 $fn$;
 

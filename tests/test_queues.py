@@ -206,7 +206,10 @@ def test_bad_values_and_tables_without_a_key_are_refused(db: psycopg.Connection[
     db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
     db.execute("CREATE TABLE nokey (id int, v timestamptz)")
     db.execute("CREATE TABLE parted (id int, v timestamptz, PRIMARY KEY (id, v)) PARTITION BY RANGE (v)")
-    for table in ("t", "nokey", "parted"):
+    db.execute("CREATE TABLE pointkey (p point NOT NULL, v timestamptz)")
+    db.execute("CREATE UNIQUE INDEX ON pointkey ((p[0]))")  # an expression index is no key either
+    db.execute("CREATE TABLE moneykey (m money PRIMARY KEY, v timestamptz)")  # money: no hash function
+    for table in ("t", "nokey", "parted", "pointkey", "moneykey"):
         db.execute("SELECT ttl.enable(%s, expire_after => '1 day', column_name => 'v')", (table,))
     db.commit()
     for value, message in ((r"-1", r"between 0 \(no queue\) and 1024, got -1"),
@@ -220,6 +223,12 @@ def test_bad_values_and_tables_without_a_key_are_refused(db: psycopg.Connection[
     db.rollback()
     with pytest.raises(psycopg.errors.FeatureNotSupported, match="partitioned"):
         db.execute("SELECT ttl.set_option('parted', 'queue_shards', '4')")
+    db.rollback()
+    with pytest.raises(psycopg.errors.InvalidTableDefinition, match="no primary key or unique index"):
+        db.execute("SELECT ttl.set_option('pointkey', 'queue_shards', '4')")
+    db.rollback()
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="cannot be hashed"):
+        db.execute("SELECT ttl.set_option('moneykey', 'queue_shards', '4')")
     db.rollback()
     assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
 
@@ -369,3 +378,24 @@ def test_plan_and_lag_read_the_queue(db: psycopg.Connection[Any], dsn: str, cli:
     out = cli("plan", "t", "--dsn", dsn).stdout
     assert "drain queue shard" in out
     assert db.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the plan changed nothing
+
+
+def test_a_timestamp_key_finds_its_entry_whatever_the_writers_time_zone(db: psycopg.Connection[Any],
+                                                                        connect: Any) -> None:
+    db.execute("CREATE TABLE ev (at timestamptz PRIMARY KEY, v timestamptz)")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.set_option('ev', 'queue_shards', '8')")
+    assert db.execute("SELECT ttl.queue_backfill('ev')").fetchone() == (0,)  # empty: filled at once
+    db.execute("SET TimeZone = 'UTC'")
+    db.execute("INSERT INTO ev SELECT '2026-01-01'::timestamptz + g * interval '1 minute', now()"
+               " FROM generate_series(1, 50) g")
+    db.commit()
+    tokyo = connect(autocommit=True)
+    tokyo.execute("SET TimeZone = 'Asia/Tokyo'")
+    tokyo.execute("SET DateStyle = 'SQL, DMY'")
+    tokyo.execute("UPDATE ev SET v = v + interval '1 hour' WHERE at < '2026-01-01 00:20:00+00'")
+    tokyo.execute("DELETE FROM ev WHERE at >= '2026-01-01 00:40:00+00'")
+    assert db.execute("SELECT missing, stale FROM ttl.queue_verify('ev')").fetchone() == (0, 0)
+    queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+    assert queue is not None
+    assert db.execute(f"SELECT count(*) FROM {queue[0]}").fetchone() == (39,)
