@@ -294,6 +294,13 @@ BEGIN
                 tbl, ttl._option_label(o.name), n USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
+    IF EXISTS (SELECT 1 FROM ttl.tier t WHERE t.relid = NEW.relid) THEN
+        IF NEW.ttl_attnum IS NULL THEN
+            RAISE EXCEPTION 'table %: its tiers count from the TTL column; remove them first (ttl.set_tiers(%, ''[]''))',
+                tbl, quote_literal(tbl::text) USING ERRCODE = 'dependent_objects_still_exist';
+        END IF;
+        PERFORM ttl._check_tiers(NEW.relid, NEW.expire_after);
+    END IF;
     IF NEW.queue_shards < 0 OR NEW.queue_shards > 1024 THEN
         RAISE EXCEPTION 'table %: value of "ttl_queue_shards" must be between 0 (no queue) and 1024, got %', tbl,
             NEW.queue_shards USING ERRCODE = 'invalid_parameter_value',

@@ -54,6 +54,8 @@ BEGIN
     LOOP
         PERFORM ttl._queue_drop(d.relid);
     END LOOP;
+    DELETE FROM ttl.tier
+     WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.column_policy

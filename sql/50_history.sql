@@ -159,11 +159,21 @@ BEGIN
 END
 $fn$;
 
+-- Is unit work `a` the same kind of work as `b`, on the same relation? Row
+-- deletion (delete, drop, detach, a queue shard's drain) is one kind; orphan
+-- deletion and archiving (tiers) keep apart checkpoints and "done" verdicts.
+CREATE OR REPLACE FUNCTION ttl._same_work(a text, b text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN a IN ('orphans', 'archive') OR b IN ('orphans', 'archive') THEN a = b ELSE true END
+$fn$;
+
 -- Take over a unit (the caller holds its claim): unfinished unit rows of
 -- earlier runs are closed and the latest checkpoint among them is returned, to
 -- resume from (NULL: start from the beginning). Runs with the caller's rights:
 -- row security lets only the table's owners read-and-clear checkpoints.
--- Row deletion and orphan deletion keep apart checkpoints on the same unit.
+-- Row deletion, orphan deletion and archiving keep apart checkpoints on the same unit.
 CREATE OR REPLACE FUNCTION ttl.take_over_unit(unit oid, unit_action text) RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -172,12 +182,12 @@ DECLARE
     found jsonb;
 BEGIN
     SELECT u.checkpoint INTO found FROM ttl.run_unit u
-     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL AND (u.action = 'orphans') = (unit_action = 'orphans')
+     WHERE u.unit_relid = unit AND u.checkpoint IS NOT NULL AND ttl._same_work(u.action, unit_action)
      ORDER BY u.run_id DESC LIMIT 1;
     UPDATE ttl.run_unit u SET status = CASE WHEN u.status = 'running' THEN 'interrupted' ELSE u.status END,
            finished_at = coalesce(u.finished_at, clock_timestamp()), checkpoint = NULL
      WHERE u.unit_relid = unit AND (u.status = 'running' OR u.checkpoint IS NOT NULL)
-       AND (u.action = 'orphans') = (unit_action = 'orphans');
+       AND ttl._same_work(u.action, unit_action);
     RETURN found;
 END
 $fn$;

@@ -251,6 +251,9 @@ BEGIN
         END IF;
         PERFORM ttl._sync_table(tbl);
     END IF;
+    IF new_p.relid IS NULL THEN
+        DELETE FROM ttl.tier WHERE relid = tbl;  -- tiers extend the policy (sql/82_tiers.sql)
+    END IF;
     -- The expiration queue follows the policy (sql/78_queues.sql).
     IF coalesce(old_p.queue_shards, 0) > 0 OR coalesce(new_p.queue_shards, 0) > 0 THEN
         PERFORM ttl._queue_sync(tbl);

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "pg_ttl.cli.ddl",
     "pg_ttl.cli.orphans",
     "pg_ttl.cli.queue",
+    "pg_ttl.cli.archive",
 ]
 
 EPILOG = """\

@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, queues, ranges, rows
+from pg_ttl.archive.storage import StorageError
+from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, queues, ranges, rows, tiers
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -94,6 +95,9 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
         for policy in load_policies(conn, relids):
             if stop is not None and stop.is_set():
                 break
+            if tiers.has_tiers(conn, policy.relid):  # rows that reached a storage tier move first
+                results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
+                                            progress=progress or NullProgress(), worker=worker, kind="archive"))
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
                                         progress=progress or NullProgress(), worker=worker))
         if stop is None or not stop.is_set():  # tables with column TTLs only
@@ -112,7 +116,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
                  kind: str = "rows") -> TableResult:
     """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
-    its orphans ('orphans', sql/80_orphans.sql). Whatever goes wrong with this table
+    its orphans ('orphans', sql/80_orphans.sql), or its rows that reached a storage
+    tier ('archive', sql/82_tiers.sql). Whatever goes wrong with this table
     (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
     lost connection is raised. Any other exception (a bug) closes the run as failed,
     with its text, before it goes on."""
@@ -138,6 +143,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
         if kind == "orphans":
             units = orphans.orphan_units(conn, policy)
+        elif kind == "archive":
+            units = tiers.archive_units(conn, policy)
         elif queues.fill(conn, policy, lambda: stop is not None and stop.is_set()):
             units = queues.shard_units(conn, policy)  # a filled expiration queue: its shards
         else:
@@ -210,7 +217,7 @@ SELECT r.run_id FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
                                           (SELECT max(c.updated_at) FROM ttl.column_policy c WHERE c.relid = r.relid))
                        END
    AND u.unit_relid = %(unit)s AND u.status = 'ok' AND u.action <> 'skip'
-   AND (u.action = 'orphans') = %(orphans)s
+   AND ttl._same_work(u.action, %(action)s)
  LIMIT 1
 """
 
@@ -227,7 +234,8 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         # run already finished up to this cutoff has nothing left (pg_ttl.worker).
         done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
                                               "run_id": ctx.run_id, "unit": unit.relid,
-                                              "orphans": unit.action == "orphans"}).fetchone()
+                                              "orphans": unit.action == "orphans",
+                                              "action": unit.action}).fetchone()
         if done is not None:
             skipped = f"done: run {done[0]} finished it for this cutoff"
         elif conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
@@ -247,6 +255,8 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         res.status, res.error = "skipped", "the partition was dropped during the run"
     except ranges.UnitTimeout as exc:
         res.status, res.error = "timeout", str(exc)
+    except StorageError as exc:  # the batch was undone: nothing deleted
+        res.status, res.error = "failed", str(exc)
     except errors.LockNotAvailable as exc:
         res.status, res.error = "timeout", f"lock_timeout ({ctx.settings.lock_timeout}) reached: {error_text(exc)}"
     except errors.QueryCanceled as exc:
@@ -290,6 +300,13 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
             columns.null_unit(ctx)
+        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
+    elif unit.action == "archive":
+        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
+        res.strategy = "ctid"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
+        res.status = tiers.archive(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     elif unit.action == "queue":
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)

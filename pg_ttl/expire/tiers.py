@@ -1,0 +1,167 @@
+"""Tiers: rows that reached a storage tier are moved there before they expire
+(sql/82_tiers.sql says which rows; pg_ttl.archive writes them).
+
+A table with tiers gets an archive run before its deletion run: each leaf is
+an ``archive`` unit (claimed, checkpointed by tier and block, resumable). A
+unit sweeps the leaf in block ranges of about ``delete_batch_size`` rows; for
+each range, in one short transaction: the rows of the tier are locked (``FOR
+UPDATE SKIP LOCKED``: the application is never waited on, and a locked row
+cannot change until the transaction ends), written as Parquet objects (one
+per day of the TTL column), each read back and verified (size, SHA-256, row
+count), recorded in ``ttl.archive``, then deleted with the tier's condition
+re-checked; the manifest rows commit with the DELETE. A crash at any point
+leaves every row in the table or in exactly one listed object; objects of the
+leaf that the manifest does not list are removed when the leaf is next
+archived.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pg_ttl.archive import parquet
+from pg_ttl.archive.storage import LocalDirectory, StorageError, open_storage
+from pg_ttl.expire.context import UnitContext
+from pg_ttl.expire.orphans import LEAVES
+from pg_ttl.expire.predicate import EnginePolicy
+from pg_ttl.expire.units import Unit
+
+TIERS = """
+SELECT t.position, t.storage, s.url FROM ttl.tier t JOIN ttl.storage s ON s.name = t.storage
+ WHERE t.relid = %s ORDER BY t.position
+"""
+COLUMNS = """
+SELECT a.attname, t.typname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypmod
+  FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+ WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum
+"""
+MANIFEST = """
+INSERT INTO ttl.archive (relid, table_name, tier, storage, object_key, rows, bytes, sha256, min_time, max_time, run_id)
+VALUES (%(relid)s, %(table)s, %(tier)s, %(storage)s, %(key)s, %(rows)s, %(bytes)s, %(sha)s, %(min)s, %(max)s, %(run)s)
+"""
+ACCOUNT = """
+UPDATE ttl.run_unit SET rows_selected = rows_selected + %(n)s, rows_deleted = rows_deleted + %(n)s,
+       checkpoint = %(cp)s
+ WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
+"""
+
+
+def has_tiers(conn: psycopg.Connection[Any], relid: int) -> bool:
+    return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s LIMIT 1", (relid,)).fetchone() is not None
+
+
+def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:
+    """Every leaf of the table (or the table itself)."""
+    return [Unit(int(oid), str(schema), str(name), "archive")
+            for oid, schema, name in conn.execute(LEAVES, {"t": policy.relid}).fetchall()]
+
+
+def object_prefix(policy: EnginePolicy, storage: str) -> str:
+    return f"table={policy.schema}.{policy.relname}/tier={storage}/"
+
+
+def archive(ctx: UnitContext) -> str:
+    """Move the unit's rows that reached a storage tier; 'ok' or 'partial' (stopped)."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    columns = [parquet.Column(str(n), str(t), str(f), int(m)) for n, t, f, m in conn.execute(COLUMNS, (unit.relid,))]
+    row = conn.execute("SELECT ttl.row_time_sql(%s)", (policy.relid,)).fetchone()
+    assert row is not None and row[0] is not None
+    select = sql.SQL(", ").join(
+        [sql.SQL("CAST({} AS pg_catalog.text)").format(sql.Identifier(c.name)) if c.as_text
+         else sql.Identifier(c.name) for c in columns] + [sql.SQL("ctid"), sql.SQL(row[0])])
+    cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "archive" else None
+    for position, storage_name, url in conn.execute(TIERS, (policy.relid,)).fetchall():
+        if cp is not None and position < cp["tier"]:
+            continue
+        storage = open_storage(str(storage_name), str(url))
+        _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), unit.relid)
+        pred = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (policy.relid, position, ctx.pred.cutoff)).fetchone()
+        assert pred is not None
+        block = int(cp["from"]) if cp is not None and cp["tier"] == position else 0
+        cp = None
+        if _sweep(ctx, columns, select, sql.SQL(pred[0]), int(position), storage, block) == "partial":
+            return "partial"
+    return "ok"
+
+
+def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composable, pred: sql.Composable,
+           tier: int, storage: LocalDirectory, block: int) -> str:
+    conn, unit = ctx.conn, ctx.unit
+    size = conn.execute("SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / "
+                        "pg_catalog.current_setting('block_size')::int8, "
+                        "(SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 100 END"
+                        "   FROM pg_catalog.pg_class WHERE oid = %s)", (unit.relid, unit.relid)).fetchone()
+    assert size is not None
+    nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
+    step = max(1, int(ctx.policy.delete_batch_size / per_block))
+    while block < nblocks:
+        if ctx.stopping():
+            return "partial"
+        hi = block + step
+        where = sql.SQL("ctid >= CAST({} AS pg_catalog.tid) AND ctid < CAST({} AS pg_catalog.tid) AND {}").format(
+            sql.Literal(f"({block},0)"), sql.Literal(f"({hi},0)"), pred)
+        with conn.transaction():
+            rows = conn.execute(sql.SQL("SELECT {} FROM ONLY {} WHERE {} FOR UPDATE SKIP LOCKED").format(
+                select, unit.ident, where)).fetchall()
+            moved = _move(ctx, columns, rows, tier, storage, where) if rows else 0
+            conn.execute(ACCOUNT, {"n": moved, "run_id": ctx.run_id, "unit": unit.relid,
+                                   "cp": Jsonb({"strategy": "archive", "tier": tier, "from": hi})})
+        ctx.selected += moved
+        ctx.deleted += moved
+        ctx.progress.batch_done(ctx.policy.name, unit.name, moved, moved)
+        ctx.delete_limiter.add(moved)
+        block = hi
+    return "ok"
+
+
+def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
+          storage: LocalDirectory, where: sql.Composable) -> int:
+    """Write, verify and record the rows (one object per day of the TTL column), then
+    delete them; in the caller's transaction."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    width = len(columns)
+    by_day: dict[str, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        by_day.setdefault(_day(r[width + 1]), []).append(r)
+    for day, group in sorted(by_day.items()):
+        data = parquet.encode(columns, [r[:width] for r in group])
+        key = f"{object_prefix(policy, storage.name)}date={day}/{unit.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
+        storage.put(key, data)
+        back = storage.get(key)
+        if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != len(group):
+            raise StorageError(f'storage "{storage.name}": object {key} read back differs from what was written')
+        times = [r[width + 1] for r in group]
+        conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
+                                "key": key, "rows": len(group), "bytes": len(data), "sha": parquet.sha256(data),
+                                "min": min(times), "max": max(times), "run": ctx.run_id})
+    ctids = [str(r[width]) for r in rows]
+    deleted = conn.execute(sql.SQL("DELETE FROM ONLY {} WHERE ctid = ANY(CAST({} AS pg_catalog.tid[])) AND {}").format(
+        unit.ident, sql.Literal(ctids), where)).rowcount
+    if deleted != len(rows):  # locked by us: cannot happen; never keep an object for rows still here
+        raise StorageError(f"{len(rows)} rows were archived but {deleted} deleted: the batch is undone")
+    return deleted
+
+
+def _day(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d") if value is not None else "unknown"
+
+
+def _remove_unlisted(conn: psycopg.Connection[Any], storage: LocalDirectory, prefix: str, leaf: int) -> None:
+    """Objects of this leaf the manifest does not list: written by a batch that never
+    committed (we hold the leaf's claim: no batch of it is under way)."""
+    mine = (f"{leaf}-", f".partial-{leaf}-")
+    keys = [k for k in storage.list(prefix) if k.rsplit("/", 1)[-1].startswith(mine)]
+    if not keys:
+        return
+    listed = {str(k) for (k,) in conn.execute("SELECT object_key FROM ttl.archive WHERE object_key = ANY(%s)",
+                                              (keys,))}
+    for key in keys:
+        if key not in listed:  # a .partial- file is never listed
+            storage.delete(key)

@@ -1,0 +1,187 @@
+-- Tiers: a table's expiring rows are first moved to storage (Parquet files),
+-- then deleted. Tier k fires at the TTL column + its `after`; the final DELETE
+-- is the policy's own expire_after. A row moves to the last tier it has
+-- reached: a row already past the next tier is that tier's (or deleted).
+--
+--   SELECT ttl.create_storage('local', 'file:///var/lib/pg-ttl/archive');
+--   SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "local"},
+--                                    {"after": "400 days", "action": "delete"}]');
+--
+-- The engine (pg_ttl/expire/tiers.py) writes, verifies and records each batch
+-- in ttl.archive, deleting its rows in the same short transaction.
+
+-- A storage: its name and URL. file:///absolute/path for now; object storage
+-- and other PostgreSQL servers are refused by name until they exist.
+CREATE OR REPLACE FUNCTION ttl.create_storage(name text, url text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    scheme text := lower(substring(url FROM '^([A-Za-z][A-Za-z0-9+.-]*)://'));
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z_][A-Za-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid storage name "%"', name USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Letters, digits, _ and -, starting with a letter or _ (at most 63).';
+    END IF;
+    IF scheme IN ('s3', 'postgresql', 'postgres') THEN
+        RAISE EXCEPTION 'storage "%": % storage is not supported yet', name, scheme
+            USING ERRCODE = 'feature_not_supported', HINT = 'Use a directory: file:///absolute/path.';
+    END IF;
+    IF scheme IS DISTINCT FROM 'file' OR url !~ '^file:///.' THEN
+        RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'A directory on the machine the engine runs on: file:///absolute/path.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = create_storage.name) THEN
+        RAISE EXCEPTION 'storage "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO ttl.storage (name, url) VALUES (name, url);
+END
+$fn$;
+
+-- Drop a storage no tier uses and no archived object lives in.
+CREATE OR REPLACE FUNCTION ttl.drop_storage(name text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = drop_storage.name) THEN
+        RAISE EXCEPTION 'storage "%" does not exist', name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF EXISTS (SELECT 1 FROM ttl.tier t WHERE t.storage = drop_storage.name) THEN
+        RAISE EXCEPTION 'storage "%" is used by the tiers of %', name,
+            (SELECT string_agg(DISTINCT t.relid::regclass::text, ', ') FROM ttl.tier t WHERE t.storage = drop_storage.name)
+            USING ERRCODE = 'dependent_objects_still_exist', HINT = 'Change those tiers first (ttl.set_tiers).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM ttl.archive a WHERE a.storage = drop_storage.name) THEN
+        RAISE EXCEPTION 'storage "%" holds archived rows (pg-ttl archive list)', name
+            USING ERRCODE = 'dependent_objects_still_exist';
+    END IF;
+    DELETE FROM ttl.storage s WHERE s.name = drop_storage.name;
+END
+$fn$;
+
+-- Set a table's tiers (replacing them): a JSON array of {"after": interval,
+-- "to": storage} in increasing `after`, optionally ending with {"after":
+-- interval, "action": "delete"}, which sets the policy's expire_after; without
+-- it, the policy's expire_after is the final DELETE. '[]' removes the tiers.
+-- Tiers count from the TTL column (ttl_column).
+CREATE OR REPLACE FUNCTION ttl.set_tiers(tbl regclass, tiers jsonb) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    t jsonb;
+    i integer := 0;
+    n integer;
+    after interval;
+    prev interval;
+    final interval;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object',
+            HINT = 'Enable TTL first: tiers extend it (ttl.enable).';
+    END IF;
+    IF p.ttl_attnum IS NULL THEN
+        RAISE EXCEPTION 'table %: tiers count from a TTL column, and this policy has none', tbl
+            USING ERRCODE = 'feature_not_supported', HINT = 'Set "ttl_column" (ttl.enable(..., column_name => ...)).';
+    END IF;
+    IF jsonb_typeof(tiers) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'tiers of %: a JSON array is expected, got %', tbl, coalesce(tiers::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := jsonb_array_length(tiers);
+    DELETE FROM ttl.tier WHERE relid = tbl;
+    FOR t IN SELECT value FROM jsonb_array_elements(tiers) LOOP
+        i := i + 1;
+        IF jsonb_typeof(t) IS DISTINCT FROM 'object' OR NOT t ? 'after' THEN
+            RAISE EXCEPTION 'tier % of %: {"after": interval, "to": storage} or {"after": interval, "action": "delete"} expected, got %',
+                i, tbl, t USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        after := ttl._to_interval('tier after', t->>'after');
+        IF after < interval '0' OR (prev IS NOT NULL AND after <= prev) THEN
+            RAISE EXCEPTION 'tier % of %: "after" must increase from one tier to the next, got % after %', i, tbl,
+                t->>'after', prev USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        prev := after;
+        IF t->>'action' = 'delete' THEN
+            IF i <> n THEN
+                RAISE EXCEPTION 'tier % of %: DELETE must be the last tier', i, tbl USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            final := after;
+        ELSIF t ? 'action' THEN
+            RAISE EXCEPTION 'tier % of %: unknown action "%"', i, tbl, t->>'action'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'A tier moves rows "to" a storage, or is the final "action": "delete".';
+        ELSIF NOT EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = t->>'to') THEN
+            RAISE EXCEPTION 'tier % of %: storage "%" does not exist', i, tbl, t->>'to'
+                USING ERRCODE = 'undefined_object', HINT = 'Create it first: SELECT ttl.create_storage(name, url).';
+        ELSE
+            INSERT INTO ttl.tier (relid, position, after, storage) VALUES (tbl, i, after, t->>'to');
+        END IF;
+    END LOOP;
+    IF final IS NOT NULL THEN
+        PERFORM ttl.set_option(tbl, 'expire_after', final::text);
+    END IF;
+    PERFORM ttl._check_tiers(tbl, coalesce(final, p.expire_after));
+END
+$fn$;
+
+-- Every storage tier fires before the final DELETE (expire_after).
+CREATE OR REPLACE FUNCTION ttl._check_tiers(tbl oid, expire_after interval) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    late record;
+BEGIN
+    SELECT * INTO late FROM ttl.tier t WHERE t.relid = tbl AND expire_after IS NOT NULL AND t.after >= expire_after
+     ORDER BY t.position LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'table %: the tier to "%" fires after %, not before the final DELETE at %', tbl::regclass,
+            late.storage, late.after, expire_after USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'A row is archived before it is deleted: every tier''s "after" must be shorter than "ttl_expire_after".';
+    END IF;
+END
+$fn$;
+
+-- The rows of T that tier `tier_position` moves at `cutoff`, as SQL over T's
+-- columns: reached that tier, not yet the next one (the next storage tier or
+-- the final DELETE). NULL never fires.
+CREATE OR REPLACE FUNCTION ttl.tier_sql(tbl oid, tier_position integer, cutoff timestamptz) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    t ttl.tier;
+    next_after interval;
+    col text;
+BEGIN
+    IF cutoff > now() THEN
+        RAISE EXCEPTION 'cutoff % is later than now(): rows would move early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    SELECT * INTO t FROM ttl.tier x WHERE x.relid = tbl AND x.position = tier_position;
+    IF p.relid IS NULL OR t.relid IS NULL OR p.ttl_attnum IS NULL THEN
+        RAISE EXCEPTION 'table % has no tier %', tbl::regclass, tier_position USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT x.after INTO next_after FROM ttl.tier x WHERE x.relid = tbl AND x.position > t.position
+     ORDER BY x.position LIMIT 1;
+    next_after := coalesce(next_after, p.expire_after);
+    col := format('%I', ttl._attname(tbl, p.ttl_attnum));
+    RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
+                  ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff,
+                  ttl._expiry_sql(p.ttl_atttypid, p.unit, next_after, col), cutoff);
+END
+$fn$;
+
+-- The instant of T's TTL column value (for the manifest's time range).
+CREATE OR REPLACE FUNCTION ttl.row_time_sql(tbl oid) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT ttl._expiry_sql(p.ttl_atttypid, p.unit, interval '0', format('%I', ttl._attname(tbl, p.ttl_attnum)))
+      FROM ttl.policy p WHERE p.relid = tbl AND p.ttl_attnum IS NOT NULL
+$fn$;
