@@ -3,7 +3,7 @@
 
 A table with tiers gets an archive run before its deletion run: each leaf is
 an ``archive`` unit (claimed, checkpointed by tier and block, resumable). A
-unit sweeps the leaf in block ranges of about ``delete_batch_size`` rows; for
+unit sweeps the leaf in block ranges of about ``select_batch_size`` rows; for
 each range, in one short transaction: the rows of the tier are locked (``FOR
 UPDATE SKIP LOCKED``: the application is never waited on, and a locked row
 cannot change until the transaction ends), written as Parquet objects (one
@@ -18,7 +18,6 @@ archived.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -75,7 +74,9 @@ def archive(ctx: UnitContext) -> str:
     assert row is not None and row[0] is not None
     select = sql.SQL(", ").join(
         [sql.SQL("CAST({} AS pg_catalog.text)").format(sql.Identifier(c.name)) if c.as_text
-         else sql.Identifier(c.name) for c in columns] + [sql.SQL("ctid"), sql.SQL(row[0])])
+         else sql.Identifier(c.name) for c in columns]
+        + [sql.SQL("ctid"), sql.SQL(row[0]),
+           sql.SQL("pg_catalog.to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')").format(sql.SQL(row[0]))])
     cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "archive" else None
     for position, storage_name, url in conn.execute(TIERS, (policy.relid,)).fetchall():
         if cp is not None and position < cp["tier"]:
@@ -100,7 +101,9 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
                         "   FROM pg_catalog.pg_class WHERE oid = %s)", (unit.relid, unit.relid)).fetchone()
     assert size is not None
     nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
-    step = max(1, int(ctx.policy.delete_batch_size / per_block))
+    # select_batch_size rows per range: an object per day of them, written, synced and
+    # read back, costs much more per object than per row
+    step = max(1, int(ctx.policy.select_batch_size / per_block))
     while block < nblocks:
         if ctx.stopping():
             return "partial"
@@ -129,7 +132,7 @@ def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any,
     width = len(columns)
     by_day: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
-        by_day.setdefault(_day(r[width + 1]), []).append(r)
+        by_day.setdefault(r[width + 2], []).append(r)
     for day, group in sorted(by_day.items()):
         data = parquet.encode(columns, [r[:width] for r in group])
         key = f"{object_prefix(policy, storage.name)}date={day}/{unit.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
@@ -147,10 +150,6 @@ def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any,
     if deleted != len(rows):  # locked by us: cannot happen; never keep an object for rows still here
         raise StorageError(f"{len(rows)} rows were archived but {deleted} deleted: the batch is undone")
     return deleted
-
-
-def _day(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d") if value is not None else "unknown"
 
 
 def _remove_unlisted(conn: psycopg.Connection[Any], storage: LocalDirectory, prefix: str, leaf: int) -> None:
