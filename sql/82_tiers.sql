@@ -10,8 +10,12 @@
 -- The engine (pg_ttl/expire/tiers.py) writes, verifies and records each batch
 -- in ttl.archive, deleting its rows in the same short transaction.
 
--- A storage: its name and URL. file:///absolute/path for now; object storage
--- and other PostgreSQL servers are refused by name until they exist.
+-- A storage: its name and URL.
+--   file:///absolute/directory                       a directory where the engine runs
+--   s3://bucket[/prefix][?endpoint=URL&region=NAME]  S3 or an S3-compatible store
+-- Credentials are never stored here: the engine uses the standard AWS
+-- variables or profile of its environment. Another PostgreSQL server as a
+-- target is refused by name until it exists.
 CREATE OR REPLACE FUNCTION ttl.create_storage(name text, url text) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -23,13 +27,23 @@ BEGIN
         RAISE EXCEPTION 'invalid storage name "%"', name USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Letters, digits, _ and -, starting with a letter or _ (at most 63).';
     END IF;
-    IF scheme IN ('s3', 'postgresql', 'postgres') THEN
+    IF scheme IN ('postgresql', 'postgres') THEN
         RAISE EXCEPTION 'storage "%": % storage is not supported yet', name, scheme
-            USING ERRCODE = 'feature_not_supported', HINT = 'Use a directory: file:///absolute/path.';
+            USING ERRCODE = 'feature_not_supported', HINT = 'Use a directory (file:///absolute/path) or S3 (s3://bucket/prefix).';
     END IF;
-    IF scheme IS DISTINCT FROM 'file' OR url !~ '^file:///.' THEN
+    IF scheme = 's3' THEN
+        IF url ~* '[?&](access_key|secret|secret_key|session_token|password)=' OR url ~ '^s3://[^/?]*@' THEN
+            RAISE EXCEPTION 'storage "%": credentials are never stored in the catalog', name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Give the worker AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or an AWS profile) in its environment.';
+        END IF;
+        IF url !~ '^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?]*)?(\?([a-z_]+=[^&]*)(&[a-z_]+=[^&]*)*)?$' THEN
+            RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',
+                HINT = 's3://bucket/prefix?endpoint=http://host:port&region=us-east-1 (endpoint and region optional).';
+        END IF;
+    ELSIF scheme IS DISTINCT FROM 'file' OR url !~ '^file:///.' THEN
         RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'A directory on the machine the engine runs on: file:///absolute/path.';
+            HINT = 'A directory (file:///absolute/path) or S3 (s3://bucket/prefix?endpoint=...&region=...).';
     END IF;
     IF EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = create_storage.name) THEN
         RAISE EXCEPTION 'storage "%" already exists', name USING ERRCODE = 'duplicate_object';

@@ -13,6 +13,7 @@ import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import duckdb
 import psycopg
@@ -93,7 +94,10 @@ def _tiers(text: str) -> str:
     (_tiers('[{"after": "500 days", "to": "local"}]'), "not before the final DELETE"),
     (_tiers('[{"after": "soon", "to": "local"}]'), "must be an interval"),
     (_tiers('{"after": "30 days"}'), "a JSON array is expected"),
-    ("SELECT ttl.create_storage('cold', 's3://bucket/x')", "s3 storage is not supported yet"),
+    ("SELECT ttl.create_storage('cold', 'postgresql://h/db')", "postgresql storage is not supported yet"),
+    ("SELECT ttl.create_storage('cold', 's3://bucket/x?secret_key=abc')", "credentials are never stored"),
+    ("SELECT ttl.create_storage('cold', 's3://key:secret@bucket/x')", "credentials are never stored"),
+    ("SELECT ttl.create_storage('cold', 's3://B_ad/x')", "invalid URL"),
     ("SELECT ttl.create_storage('bad', 'ftp://host/x')", "invalid URL"),
     ("SELECT ttl.create_storage('local', 'file:///tmp')", "already exists"),
     ("SELECT ttl.set_option('events', 'expire_after', '20 days')", "not before the final DELETE"),
@@ -203,3 +207,76 @@ def test_killed_between_writing_and_deleting_loses_and_duplicates_nothing(db: ps
     assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet")} == listed
     ids = [i for i, *_ in _parquet_rows(tmp_path)]
     assert sorted(ids) == list(range(21, 51))
+
+
+# -- S3: the moto server, a real S3-compatible HTTP endpoint ------------------------
+
+@pytest.fixture(scope="module")
+def s3() -> Any:
+    from moto.server import ThreadedMotoServer
+    from pyarrow import fs
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID="pg-ttl-test", AWS_SECRET_ACCESS_KEY="pg-ttl-test")
+    client = fs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                             allow_bucket_creation=True)
+    client.create_dir("archive-bucket")
+    try:
+        yield f"http://{host}:{port}", client
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def test_rows_move_to_s3_verified_and_come_back(db: psycopg.Connection[Any], dsn: str, s3: Any, tmp_path: Path,
+                                                cli: Any) -> None:
+    import pyarrow.parquet as pq
+    from pyarrow import fs
+
+    endpoint, client = s3
+    prefix = f"pg-{uuid4().hex}"
+    _events(db, tmp_path)
+    db.execute("SELECT ttl.create_storage('cold', %s)", (f"s3://archive-bucket/{prefix}?endpoint={endpoint}&region=us-east-1",))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "cold"}]')""")
+    leaving = db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 21 AND 50 ORDER BY id").fetchall()
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "ok" and archived.rows_deleted == 30, archived.units
+    infos = client.get_file_info(fs.FileSelector(f"archive-bucket/{prefix}", recursive=True))
+    keys = {i.path[len(f"archive-bucket/{prefix}/"):]: i.size for i in infos if i.type == fs.FileType.File}
+    manifest = {k: b for k, b in db.execute("SELECT object_key, bytes FROM ttl.archive WHERE storage = 'cold'")}
+    assert keys == manifest and not list(tmp_path.rglob("*.parquet"))
+    got = []
+    for key in sorted(keys):
+        got.extend(pq.read_table(f"archive-bucket/{prefix}/{key}", filesystem=client).to_pylist())
+    got.sort(key=lambda r: r["id"])
+    assert [(r["id"], r["created_at"], r["amount"], r["note"]) for r in got] == [r[:4] for r in leaving]
+    db.commit()
+    result = cli("restore", "events", "--tier", "cold", "--dsn", dsn,
+                 env={**os.environ, "AWS_ACCESS_KEY_ID": "pg-ttl-test", "AWS_SECRET_ACCESS_KEY": "pg-ttl-test"})
+    assert result.returncode == 0 and "restored 30 rows" in result.stdout, result.stderr
+    assert db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 21 AND 50 ORDER BY id").fetchall() == leaving
+
+
+def test_an_unreachable_object_store_fails_the_unit_and_deletes_nothing(db: psycopg.Connection[Any], dsn: str,
+                                                                        tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    _events(db, tmp_path)
+    db.execute("SELECT ttl.create_storage('gone', %s)", (f"s3://archive-bucket/x?endpoint=http://127.0.0.1:{port}",))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "gone"}]')""")
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "failed" and "cannot" in (archived.units[0].error or "")
+    assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (30,)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)

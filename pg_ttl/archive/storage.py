@@ -1,7 +1,14 @@
-"""Storages a tier writes to, by URL (``ttl.storage``). ``file:///absolute/dir``:
-a directory on the machine the engine runs on; objects are files under it,
-written whole (temporary name, fsync, rename), so a reader never sees half an
-object."""
+"""Storages a tier writes to, by URL (``ttl.storage``).
+
+- ``file:///absolute/dir``: a directory on the machine the engine runs on;
+  objects are files under it, written whole (temporary name, fsync, rename), so
+  a reader never sees half an object.
+- ``s3://bucket/prefix?endpoint=http://host:port&region=r``: S3 or an
+  S3-compatible object store (pyarrow's S3 client); an object appears whole
+  when its upload completes. Credentials come from the standard AWS variables
+  (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or profile of
+  the engine's environment, never from the catalog.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,39 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
 
 
 class StorageError(Exception):
     """A storage cannot be reached, read or written."""
 
 
-class LocalDirectory:
+class BaseStorage:
+    name: str
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def get(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[str]:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Writable, readable, and deletable: a probe object round trip."""
+        key = f".pg-ttl-check-{uuid.uuid4().hex}"
+        self.put(key, b"pg_ttl")
+        if self.get(key) != b"pg_ttl":
+            raise StorageError(f'storage "{self.name}": an object read back differs from what was written')
+        self.delete(key)
+
+
+class LocalDirectory(BaseStorage):
     def __init__(self, name: str, url: str) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "file" or not parsed.path.startswith("/"):
@@ -71,17 +103,71 @@ class LocalDirectory:
             return []
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
 
-    def check(self) -> None:
-        """Writable, readable, and deletable: a probe object round trip."""
-        key = f".pg-ttl-check-{uuid.uuid4().hex}"
-        self.put(key, b"pg_ttl")
-        if self.get(key) != b"pg_ttl":
-            raise StorageError(f'storage "{self.name}": an object read back differs from what was written')
-        self.delete(key)
 
 
-def open_storage(name: str, url: str) -> LocalDirectory:
+class ObjectStore(BaseStorage):
+    """An S3 bucket (and key prefix) through pyarrow's S3 client."""
+
+    def __init__(self, name: str, url: str) -> None:
+        parsed = urlparse(url)
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        self.name = name
+        self.root = (parsed.netloc + "/" + parsed.path.strip("/")).rstrip("/")
+        try:
+            import pyarrow.fs as pafs
+        except ImportError as exc:
+            raise StorageError("S3 storage uses pyarrow: pip install 'pg-ttl[archive]'") from exc
+        options: dict[str, Any] = {"region": query.get("region", "us-east-1"), "connect_timeout": 5.0,
+                                   "request_timeout": 30.0,
+                                   "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+        if "endpoint" in query:
+            endpoint = urlparse(query["endpoint"])
+            options["endpoint_override"] = endpoint.netloc or endpoint.path
+            options["scheme"] = endpoint.scheme or "https"
+        self.fs = pafs.S3FileSystem(**options)
+        self._pafs = pafs
+
+    def _path(self, key: str) -> str:
+        if ".." in key.split("/"):
+            raise StorageError(f'storage "{self.name}": object key {key!r} leaves the prefix')
+        return f"{self.root}/{key}"
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            with self.fs.open_output_stream(self._path(key)) as f:
+                f.write(data)
+        except OSError as exc:
+            raise StorageError(f'storage "{self.name}": cannot write {key}: {exc}') from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(self._path(key)) as f:
+                return bytes(f.read())
+        except OSError as exc:
+            raise StorageError(f'storage "{self.name}": cannot read {key}: {exc}') from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.delete_file(self._path(key))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(f'storage "{self.name}": cannot delete {key}: {exc}') from exc
+
+    def list(self, prefix: str) -> list[str]:
+        try:
+            infos = self.fs.get_file_info(self._pafs.FileSelector(self._path(prefix).rstrip("/"), recursive=True,
+                                                                  allow_not_found=True))
+        except OSError as exc:
+            raise StorageError(f'storage "{self.name}": cannot list {prefix}: {exc}') from exc
+        return sorted(i.path[len(self.root) + 1:] for i in infos if i.type == self._pafs.FileType.File)
+
+
+
+def open_storage(name: str, url: str) -> BaseStorage:
     scheme = urlparse(url).scheme.lower()
     if scheme == "file":
         return LocalDirectory(name, url)
+    if scheme == "s3":
+        return ObjectStore(name, url)
     raise StorageError(f'storage "{name}": {scheme or "this"} storage is not supported yet ({url})')

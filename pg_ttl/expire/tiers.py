@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.archive import parquet
-from pg_ttl.archive.storage import LocalDirectory, StorageError, open_storage
+from pg_ttl.archive.storage import BaseStorage, StorageError, open_storage
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.orphans import LEAVES
 from pg_ttl.expire.predicate import EnginePolicy
@@ -93,7 +93,7 @@ def archive(ctx: UnitContext) -> str:
 
 
 def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composable, pred: sql.Composable,
-           tier: int, storage: LocalDirectory, block: int) -> str:
+           tier: int, storage: BaseStorage, block: int) -> str:
     conn, unit = ctx.conn, ctx.unit
     size = conn.execute("SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / "
                         "pg_catalog.current_setting('block_size')::int8, "
@@ -125,7 +125,7 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
 
 
 def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
-          storage: LocalDirectory, where: sql.Composable) -> int:
+          storage: BaseStorage, where: sql.Composable) -> int:
     """Write, verify and record the rows (one object per day of the TTL column), then
     delete them; in the caller's transaction."""
     conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
@@ -152,7 +152,7 @@ def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any,
     return deleted
 
 
-def _remove_unlisted(conn: psycopg.Connection[Any], storage: LocalDirectory, prefix: str, leaf: int) -> None:
+def _remove_unlisted(conn: psycopg.Connection[Any], storage: BaseStorage, prefix: str, leaf: int) -> None:
     """Objects of this leaf the manifest does not list: written by a batch that never
     committed (we hold the leaf's claim: no batch of it is under way)."""
     mine = (f"{leaf}-", f".partial-{leaf}-")
