@@ -280,3 +280,18 @@ def test_an_unreachable_object_store_fails_the_unit_and_deletes_nothing(db: psyc
     assert archived.status == "failed" and "cannot" in (archived.units[0].error or "")
     assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (30,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
+
+
+def test_the_worker_counts_archived_rows(db: psycopg.Connection[Any], dsn: str, tmp_path: Path) -> None:
+    from pg_ttl.worker.metrics import WorkerMetrics
+
+    _events(db, tmp_path)
+    metrics = WorkerMetrics("w1")
+    try:
+        for result in expire(dsn, ["events"]):
+            metrics.record_run("app", "events", result)
+        labels = {"database": "app", "table": "events"}
+        assert metrics.registry.get_sample_value("pg_ttl_rows_archived_total", labels) == 30
+        assert metrics.registry.get_sample_value("pg_ttl_rows_deleted_total", labels) == 40
+    finally:
+        metrics.shutdown()

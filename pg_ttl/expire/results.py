@@ -45,6 +45,7 @@ class TableResult:
     partitions_detached: int = 0
     values_nulled: int = 0
     orphans_deleted: int = 0  # of rows_deleted, those deleted as orphans
+    rows_archived: int = 0  # of rows_deleted, those moved to storage by a tier first
     duration: float = 0.0
     error: str | None = None
 
@@ -56,6 +57,8 @@ class TableResult:
         self.values_nulled += unit.values_nulled
         if unit.action == "orphans":
             self.orphans_deleted += unit.rows_deleted
+        if unit.action == "archive":
+            self.rows_archived += unit.rows_deleted
         if unit.removed_partition:
             if unit.action == "drop":
                 self.partitions_dropped += 1

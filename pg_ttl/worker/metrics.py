@@ -95,6 +95,9 @@ class WorkerMetrics:
         self.orphans_deleted = Counter("pg_ttl_orphans_deleted",
                                        "Orphan rows deleted (parent gone; also counted in pg_ttl_rows_deleted)",
                                        by_table, registry=r)
+        self.rows_archived = Counter("pg_ttl_rows_archived",
+                                     "Rows moved to storage by a tier (and deleted: also in pg_ttl_rows_deleted)",
+                                     by_table, registry=r)
         self.partitions_dropped = Counter("pg_ttl_partitions_dropped", "Expired partitions dropped", by_table,
                                           registry=r)
         self.partitions_detached = Counter("pg_ttl_partitions_detached", "Expired partitions detached", by_table,
@@ -127,7 +130,8 @@ class WorkerMetrics:
         r.register(self.lag)
         self._server: Any = None
 
-    _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "orphans_deleted", "partitions_dropped",
+    _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "orphans_deleted", "rows_archived",
+                      "partitions_dropped",
                       "partitions_detached", "run_failures", "units", "last_run_duration", "last_run", "next_run")
 
     def record_run(self, db: str, table: str, result: TableResult) -> None:
@@ -137,6 +141,7 @@ class WorkerMetrics:
         self.rows_deleted.labels(*labels).inc(result.rows_deleted)
         self.rows_nulled.labels(*labels).inc(result.values_nulled)
         self.orphans_deleted.labels(*labels).inc(result.orphans_deleted)
+        self.rows_archived.labels(*labels).inc(result.rows_archived)
         self.partitions_dropped.labels(*labels).inc(result.partitions_dropped)
         self.partitions_detached.labels(*labels).inc(result.partitions_detached)
         self.runs.labels(*labels, result.status).inc()
