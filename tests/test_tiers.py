@@ -295,3 +295,16 @@ def test_the_worker_counts_archived_rows(db: psycopg.Connection[Any], dsn: str, 
         assert metrics.registry.get_sample_value("pg_ttl_rows_deleted_total", labels) == 40
     finally:
         metrics.shutdown()
+
+
+def test_plan_shows_what_each_tier_would_move(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+                                              cli: Any) -> None:
+    from pg_ttl.expire import plan
+
+    _events(db, tmp_path)
+    plans = {p.action: p for p in plan(db, "events")}
+    assert plans["archive"].rows == 30 and plans["archive"].target == "local" and plans["archive"].total_rows == 60
+    assert plans["delete"].rows == 10  # past the DELETE tier: deleted, not moved
+    out = cli("plan", "events", "--dsn", dsn).stdout
+    assert "move to local" in out
+    assert db.execute("SELECT count(*) FROM events").fetchone() == (60,) and not list(tmp_path.rglob("*.parquet"))

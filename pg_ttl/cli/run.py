@@ -54,11 +54,13 @@ class BarProgress:
 
     def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
         label = unit if unit == table else f"{table} > {unit}"
-        rows = action in ("delete", "orphans", "queue")
+        rows = action in ("delete", "orphans", "queue", "archive")
         if action == "orphans":
             label += " (orphans)"
         elif action == "queue":
             label += " (expiration queue)"
+        elif action == "archive":
+            label += " (to storage)"
         elif not rows:
             label += f" ({action} partition)"
         self.tasks[(table, unit)] = self.progress.add_task(label, total=estimate if rows else 1)
@@ -77,7 +79,7 @@ class BarProgress:
             return
         if result.status == "ok":
             done = self.progress.tasks[task].completed
-            rows = result.action in ("delete", "orphans", "queue")
+            rows = result.action in ("delete", "orphans", "queue", "archive")
             self.progress.update(task, total=max(done, 1) if rows else 1, completed=max(done, 1) if rows else 1)
         else:
             self.progress.update(task, description=self.progress.tasks[task].description + f" [{result.status}]")
@@ -159,7 +161,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps([{"table": p.table, "unit": p.unit, "action": p.action, "rows": p.rows,
                            "total_rows": p.total_rows,
                            "oldest_expiry": p.oldest_expiry.isoformat() if p.oldest_expiry else None,
-                           "bytes_reclaimed": p.bytes_reclaimed, "paused": p.paused} for p in plans], indent=2))
+                           "bytes_reclaimed": p.bytes_reclaimed, "paused": p.paused,
+                           **({"target": p.target} if p.target else {})} for p in plans], indent=2))
         return 0
     if not plans:
         console.print("No TTL policies.")
@@ -169,7 +172,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col.startswith(("rows", "reclaimed")) else "left")
     for p in plans:
         action = {"delete": "delete rows", "drop": "drop partition", "detach": "detach partition",
-                  "orphans": "delete orphans", "queue": "drain queue shard"}[p.action]
+                  "orphans": "delete orphans", "queue": "drain queue shard",
+                  "archive": f"move to {p.target}"}[p.action]
         if p.paused:
             action += " (paused)"
         table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}", f"{p.total_rows:,}",

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pg_ttl.expire import orphans, owner, queues
+from pg_ttl.expire import orphans, owner, queues, tiers
 from pg_ttl.expire.context import EngineSettings
 from pg_ttl.expire.engine import resolve_tables
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expiry_of, load_policies
@@ -22,13 +22,14 @@ from pg_ttl.expire.units import Unit, list_units
 class UnitPlan:
     table: str
     unit: str
-    action: str  # 'delete' | 'drop' | 'detach' | 'orphans' | 'queue' (a shard of the expiration queue)
+    action: str  # 'delete' | 'drop' | 'detach' | 'orphans' | 'queue' (a shard of the expiration queue) | 'archive'
     rows: int  # rows that would go
     total_rows: int  # rows in the unit now
     oldest_expiry: datetime | None  # of the rows that would go
     bytes_reclaimed: int  # estimate: the whole relation for drop/detach, the expired share of it otherwise
     bound: str | None = None
     paused: bool = False
+    target: str | None = None  # 'archive': the storage the tier moves rows to
 
 
 # One statement (the worker's periodic lag lookups count every one): the engine's
@@ -69,6 +70,8 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
             pred = build_predicate(conn, policy, cutoff)
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
+            for unit in tiers.archive_units(conn, policy):  # rows a tier would move first
+                out.extend(_plan_tiers(conn, policy, cutoff, unit))
             if queues.filled(conn, policy):
                 out.extend(_plan_shard(conn, policy, cutoff, unit) for unit in queues.shard_units(conn, policy))
             else:
@@ -128,6 +131,24 @@ def _plan_shard(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: dat
     share = rows / float(table_rows[0]) if table_rows else 0.0
     return UnitPlan(policy.name, unit.name, "queue", rows, total, oldest, int(size * min(share, 1.0)), None,
                     policy.paused)
+
+
+def _plan_tiers(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, unit: Unit) -> list[UnitPlan]:
+    """Per storage tier: the rows of the leaf it would move now (sql/82_tiers.sql)."""
+    out: list[UnitPlan] = []
+    for position, storage, _url in conn.execute(tiers.TIERS, (policy.relid,)).fetchall():
+        row = conn.execute("SELECT ttl.tier_sql(%s, %s, %s), ttl.row_time_sql(%s)",
+                           (policy.relid, position, cutoff, policy.relid)).fetchone()
+        assert row is not None
+        counted = conn.execute(sql.SQL(
+            "SELECT count(*) FILTER (WHERE {p}), count(*), min({t}) FILTER (WHERE {p}),"
+            " pg_catalog.pg_total_relation_size({oid}::regclass) FROM ONLY {u}").format(
+            p=sql.SQL(row[0]), t=sql.SQL(row[1]), oid=sql.Literal(unit.relid), u=unit.ident)).fetchone()
+        assert counted is not None
+        rows, total, oldest, size = int(counted[0]), int(counted[1]), counted[2], int(counted[3])
+        out.append(UnitPlan(policy.name, unit.name, "archive", rows, total, oldest,
+                            size * rows // total if total else 0, None, policy.paused, str(storage)))
+    return out
 
 
 def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None:
