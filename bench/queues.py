@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from bench.row_ttl import timed
+from bench.trigger import _run_pgbench
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
@@ -101,20 +100,10 @@ def passes(server: LocalServer, rows: int) -> dict[str, dict[str, float]]:
 
 
 def _pgbench(server: LocalServer, dsn: str, script_text: str, seconds: int) -> float:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
         script.write(script_text)
         script.flush()
-        proc = subprocess.run([str(server.bindir / "pgbench"), "-n", "-M", "prepared", "-c", "4", "-j", "2",
-                               "-T", str(seconds), "-f", script.name, "-h", str(info["host"]), "-p", str(info["port"]),
-                               "-U", str(info["user"]), str(info["dbname"])],
-                              capture_output=True, text=True, timeout=seconds + 120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pgbench failed: {proc.stderr.strip()}")
-    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", proc.stdout)
-    if not m:
-        raise RuntimeError(f"pgbench printed no tps: {proc.stdout[-500:]}")
-    return float(m.group(1))
+        return _run_pgbench(server.bindir / "pgbench", script.name, dsn, seconds, clients=4)
 
 
 def updates(server: LocalServer, rows: int, seconds: int) -> dict[str, dict[str, float]]:

@@ -66,10 +66,11 @@ def _pgbench_tps(server: BenchServer, db: str, seconds: float) -> float:
         return _run_pgbench(pgbench, script.name, server.dsn(db, CONTENDER_APP), seconds)
 
 
-def _run_pgbench(pgbench: Path, script: str, dsn: str, seconds: float) -> float:
+def _run_pgbench(pgbench: Path, script: str, dsn: str, seconds: float, clients: int = 2) -> float:
+    """tps of ``clients`` pgbench clients (2 threads) running ``script`` for ``seconds``."""
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     proc = subprocess.run(
-        [str(pgbench), "-n", "-M", "prepared", "-c", "2", "-j", "2", "-T", str(max(1, round(seconds))),
+        [str(pgbench), "-n", "-M", "prepared", "-c", str(clients), "-j", "2", "-T", str(max(1, round(seconds))),
          "-f", script, "-h", str(info["host"]), "-p", str(info["port"]),
          "-U", str(info["user"]), str(info["dbname"])],
         capture_output=True, text=True, timeout=seconds + 60)

@@ -83,7 +83,8 @@ AS $fn$
                                       ELSE format('(%s OPERATOR(pg_catalog.<<) %s)', h0.hash, (k.ord * 7) % 31) END AS term) h
 $fn$;
 
--- The pieces of SQL a queue's statements are built from.
+-- The pieces of SQL a queue's statements are built from (an error for a table
+-- without a queue).
 --   keys:  T's key columns, quoted, in order ("id", "region")
 --   ks:    the queue's own names for them (k1, k2)
 --   types: their types, as SQL
@@ -100,8 +101,9 @@ DECLARE
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
-    IF q.relid IS NULL THEN
-        RETURN;
+    IF q.relid IS NULL OR p.relid IS NULL THEN
+        RAISE EXCEPTION 'table % has no expiration queue', tbl::regclass USING ERRCODE = 'undefined_object',
+            HINT = 'Set "ttl_queue_shards" first.';
     END IF;
     qname := format('%I.%I', 'ttl', (SELECT relname FROM pg_class WHERE oid = q.queue_relid));
     SELECT array_agg(format('%I', a.attname) ORDER BY k.ord), array_agg(format('k%s', k.ord) ORDER BY k.ord),
@@ -402,15 +404,11 @@ DECLARE
     last jsonb;
     n bigint;
 BEGIN
+    s := ttl._queue_sql(tbl);
     SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'table % has no expiration queue', tbl USING ERRCODE = 'undefined_object',
-            HINT = 'Set "ttl_queue_shards" first.';
-    END IF;
     IF q.backfilled THEN
         RETURN 0;
     END IF;
-    s := ttl._queue_sql(tbl);
     after_keys := CASE WHEN q.backfill_after IS NULL THEN 'true' ELSE format('(%s) OPERATOR(pg_catalog.>) (%s)',
         array_to_string(s.keys, ', '),
         (SELECT string_agg(format('(%L::pg_catalog.jsonb OPERATOR(pg_catalog.->>) %s)::%s', q.backfill_after, i - 1, s.types[i]), ', ')
@@ -452,9 +450,6 @@ BEGIN
     END IF;
     s := ttl._queue_sql(tbl);
     SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
-    IF s.qname IS NULL OR expired IS NULL THEN
-        RAISE EXCEPTION 'table % has no expiration queue', tbl::regclass USING ERRCODE = 'undefined_object';
-    END IF;
     RETURN format(
         'WITH b AS (SELECT q.expires_at, %1$s FROM ONLY %2$s q'
         '            WHERE q.shard OPERATOR(pg_catalog.=) %3$s AND q.expires_at OPERATOR(pg_catalog.<=) %4$L::pg_catalog.timestamptz'
@@ -489,9 +484,6 @@ DECLARE
     s record;
 BEGIN
     s := ttl._queue_sql(tbl);
-    IF s.qname IS NULL THEN
-        RAISE EXCEPTION 'table % has no expiration queue', tbl::regclass USING ERRCODE = 'undefined_object';
-    END IF;
     RETURN format(
         'WITH gone AS (DELETE FROM %1$s q WHERE q.shard OPERATOR(pg_catalog.=) %2$s'
         '     AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %3$s) OPERATOR(pg_catalog.>) (%4$s))'
@@ -524,12 +516,8 @@ DECLARE
     keys_q text;
     entries text;
 BEGIN
-    SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'table % has no expiration queue', tbl USING ERRCODE = 'undefined_object',
-            HINT = 'Set "ttl_queue_shards" first.';
-    END IF;
     s := ttl._queue_sql(tbl);
+    SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
     keys_q := array_to_string(s.ks, ', ');
     entries := format('SELECT %s AS shard, %s AS expires_at, %s FROM ONLY %s WHERE %s IS NOT NULL', s.shard, s.expiry,
                       (SELECT string_agg(format('%s AS %s', s.keys[i], s.ks[i]), ', ') FROM generate_subscripts(s.keys, 1) i),

@@ -301,19 +301,12 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
         if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
             columns.null_unit(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
-    elif unit.action == "archive":
+    elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
-        res.strategy = "ctid"
+        res.strategy = "ctid" if unit.action == "archive" else "queue"
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
-        res.status = tiers.archive(ctx)
-        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
-    elif unit.action == "queue":
-        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
-        res.strategy = "queue"
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
-        ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
-        res.status = queues.drain(ctx)
+        res.status = tiers.archive(ctx) if unit.action == "archive" else queues.drain(ctx)
         history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     else:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, None)
