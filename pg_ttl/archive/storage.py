@@ -119,7 +119,9 @@ class ObjectStore(BaseStorage):
             raise StorageError("S3 storage uses pyarrow: pip install 'pg-ttl[archive]'") from exc
         options: dict[str, Any] = {"region": query.get("region", "us-east-1"), "connect_timeout": 5.0,
                                    "request_timeout": 30.0,
-                                   "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+                                   "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+                                   # a small object in one PutObject, not a multipart upload
+                                   "allow_delayed_open": True}
         if "endpoint" in query:
             endpoint = urlparse(query["endpoint"])
             options["endpoint_override"] = endpoint.netloc or endpoint.path
