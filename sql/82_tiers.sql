@@ -13,9 +13,9 @@
 -- A storage: its name and URL.
 --   file:///absolute/directory                       a directory where the engine runs
 --   s3://bucket[/prefix][?endpoint=URL&region=NAME]  S3 or an S3-compatible store
+--   postgresql://user@host:port/db?schema=archive  a table of the same shape there
 -- Credentials are never stored here: the engine uses the standard AWS
--- variables or profile of its environment. Another PostgreSQL server as a
--- target is refused by name until it exists.
+-- variables or profile of its environment, libpq's PGPASSWORD or ~/.pgpass.
 CREATE OR REPLACE FUNCTION ttl.create_storage(name text, url text) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -28,10 +28,12 @@ BEGIN
             HINT = 'Letters, digits, _ and -, starting with a letter or _ (at most 63).';
     END IF;
     IF scheme IN ('postgresql', 'postgres') THEN
-        RAISE EXCEPTION 'storage "%": % storage is not supported yet', name, scheme
-            USING ERRCODE = 'feature_not_supported', HINT = 'Use a directory (file:///absolute/path) or S3 (s3://bucket/prefix).';
-    END IF;
-    IF scheme = 's3' THEN
+        IF url ~ '^postgres(ql)?://[^/@]*:[^/@]*@' OR url ~* '[?&]password=' THEN
+            RAISE EXCEPTION 'storage "%": credentials are never stored in the catalog', name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Give the worker the password in PGPASSWORD or ~/.pgpass (libpq''s usual places).';
+        END IF;
+    ELSIF scheme = 's3' THEN
         IF url ~* '[?&](access_key|secret|secret_key|session_token|password)=' OR url ~ '^s3://[^/?]*@' THEN
             RAISE EXCEPTION 'storage "%": credentials are never stored in the catalog', name
                 USING ERRCODE = 'invalid_parameter_value',
@@ -43,7 +45,7 @@ BEGIN
         END IF;
     ELSIF scheme IS DISTINCT FROM 'file' OR url !~ '^file:///.' THEN
         RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'A directory (file:///absolute/path) or S3 (s3://bucket/prefix?endpoint=...&region=...).';
+            HINT = 'A directory (file:///absolute/path), S3 (s3://bucket/prefix?endpoint=...&region=...) or PostgreSQL (postgresql://user@host/db?schema=archive).';
     END IF;
     IF EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = create_storage.name) THEN
         RAISE EXCEPTION 'storage "%" already exists', name USING ERRCODE = 'duplicate_object';
@@ -130,6 +132,11 @@ BEGIN
         ELSIF NOT EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = t->>'to') THEN
             RAISE EXCEPTION 'tier % of %: storage "%" does not exist', i, tbl, t->>'to'
                 USING ERRCODE = 'undefined_object', HINT = 'Create it first: SELECT ttl.create_storage(name, url).';
+        ELSIF (SELECT s.url ~ '^postgres(ql)?://' FROM ttl.storage s WHERE s.name = t->>'to')
+              AND NOT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = tbl AND x.indisprimary) THEN
+            RAISE EXCEPTION 'tier % of %: a PostgreSQL storage needs a primary key on the table', i, tbl
+                USING ERRCODE = 'invalid_table_definition',
+                      HINT = 'Rows are written there once by their key: a batch retried after a crash inserts nothing twice.';
         ELSE
             INSERT INTO ttl.tier (relid, position, after, storage) VALUES (tbl, i, after, t->>'to');
         END IF;

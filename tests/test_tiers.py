@@ -94,7 +94,7 @@ def _tiers(text: str) -> str:
     (_tiers('[{"after": "500 days", "to": "local"}]'), "not before the final DELETE"),
     (_tiers('[{"after": "soon", "to": "local"}]'), "must be an interval"),
     (_tiers('{"after": "30 days"}'), "a JSON array is expected"),
-    ("SELECT ttl.create_storage('cold', 'postgresql://h/db')", "postgresql storage is not supported yet"),
+    ("SELECT ttl.create_storage('cold', 'postgresql://me:pw@h/db')", "credentials are never stored"),
     ("SELECT ttl.create_storage('cold', 's3://bucket/x?secret_key=abc')", "credentials are never stored"),
     ("SELECT ttl.create_storage('cold', 's3://key:secret@bucket/x')", "credentials are never stored"),
     ("SELECT ttl.create_storage('cold', 's3://B_ad/x')", "invalid URL"),
@@ -308,3 +308,63 @@ def test_plan_shows_what_each_tier_would_move(db: psycopg.Connection[Any], dsn: 
     out = cli("plan", "events", "--dsn", dsn).stdout
     assert "move to local" in out
     assert db.execute("SELECT count(*) FROM events").fetchone() == (60,) and not list(tmp_path.rglob("*.parquet"))
+
+
+# -- PostgreSQL: a second database as the target ---------------------------------------
+
+@pytest.fixture
+def target_db(dsn: str) -> Any:
+    """A second database on the same server, and its DSN as a storage URL (no password)."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    name = f"archive_{uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = f"postgresql://{info['user']}@{info['host']}:{info['port']}/{name}?schema=history"
+    try:
+        with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname=name), autocommit=True) as conn:
+            yield url, conn
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_rows_move_to_another_postgresql_once_and_come_back(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+                                                             target_db: Any, cli: Any) -> None:
+    url, target = target_db
+    _events(db, tmp_path)
+    db.execute("SELECT ttl.create_storage('history', %s)", (url,))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "history"}]')""")
+    leaving = db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 21 AND 50 ORDER BY id").fetchall()
+    db.commit()
+    # as if a batch had committed there and crashed before its DELETE here: rows 21-25 are there already
+    target.execute("CREATE SCHEMA history")
+    target.execute("CREATE TABLE history.events (id int PRIMARY KEY, created_at timestamptz NOT NULL,"
+                   " amount numeric(10, 2), note text, tags jsonb)")
+    with target.cursor() as cur:
+        cur.executemany("INSERT INTO history.events VALUES (%s, %s, %s, %s, %s::jsonb)", leaving[:5])
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "ok" and archived.rows_deleted == 30, archived.units
+    assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (0,)
+    there = target.execute(f"SELECT {COLS} FROM history.events WHERE id > 25 ORDER BY id").fetchall()
+    assert there == leaving[5:]  # each row once, as it left
+    assert target.execute("SELECT count(*) FROM history.events").fetchone() == (30,)
+    assert db.execute("SELECT sum(rows) FROM ttl.archive WHERE storage = 'history'").fetchone() == (30,)
+    db.commit()
+    result = cli("restore", "events", "--dsn", dsn)
+    assert result.returncode == 0 and "restored 30 rows" in result.stdout, result.stderr
+    assert db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 26 AND 50 ORDER BY id").fetchall() == leaving[5:]
+
+
+def test_a_postgresql_storage_keeps_no_password_and_needs_a_key(db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    _events(db, tmp_path)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="credentials are never stored"):
+        db.execute("SELECT ttl.create_storage('h', 'postgresql://me:secret@host/db')")
+    db.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="credentials are never stored"):
+        db.execute("SELECT ttl.create_storage('h', 'postgresql://me@host/db?password=secret')")
+    db.rollback()
+    db.execute("SELECT ttl.create_storage('h', 'postgresql://me@host/db')")
+    db.execute("CREATE TABLE nokey (at timestamptz)")
+    db.execute("SELECT ttl.enable('nokey', expire_after => '1 day', column_name => 'at')")
+    with pytest.raises(psycopg.errors.InvalidTableDefinition, match="needs a primary key"):
+        db.execute("""SELECT ttl.set_tiers('nokey', '[{"after": "1 hour", "to": "h"}]')""")

@@ -1,5 +1,6 @@
 """Bring archived rows back (``pg-ttl restore``): the objects the manifest
-lists for a table, read from their storage, verified (SHA-256), and inserted
+lists for a table, read from their storage, verified (SHA-256; from a
+PostgreSQL storage: the target table's rows of each batch's time range), and inserted
 again with ``ON CONFLICT DO NOTHING``, so a restore run twice inserts nothing
 the second time (idempotent on the table's primary key or unique indexes).
 Objects hold one day of the TTL column each: ``--from``/``--to`` select whole
@@ -15,10 +16,11 @@ import psycopg
 from psycopg import sql
 
 from pg_ttl.archive import parquet
+from pg_ttl.archive.postgres import PostgresTarget
 from pg_ttl.archive.storage import StorageError, open_storage
 
 OBJECTS = """
-SELECT a.object_key, a.storage, s.url, a.sha256, a.rows
+SELECT a.object_key, a.storage, s.url, a.sha256, a.rows, a.min_time, a.max_time
   FROM ttl.archive a JOIN ttl.storage s ON s.name = a.storage
  WHERE a.relid = %(relid)s
    AND (%(since)s::timestamptz IS NULL OR a.max_time >= %(since)s)
@@ -49,19 +51,31 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
     types = {str(n): str(t) for n, t in conn.execute(COLUMNS, (relid,))}
     done = Restored()
     objects = conn.execute(OBJECTS, {"relid": relid, "since": since, "until": until, "storage": storage}).fetchall()
-    for key, storage_name, url, sha, count in objects:
-        data = open_storage(str(storage_name), str(url)).get(str(key))
-        if parquet.sha256(data) != sha:
-            raise StorageError(f"object {key} of storage \"{storage_name}\" does not match its manifest (SHA-256)")
-        names, rows = parquet.decode(data)
-        if len(rows) != count:
-            raise StorageError(f"object {key} holds {len(rows)} rows, its manifest says {count}")
+    schema, relname = _split(conn, relid)
+    for key, storage_name, url, sha, count, lo, hi in objects:
+        target = open_storage(str(storage_name), str(url))
+        if isinstance(target, PostgresTarget):
+            # the target table's rows of this batch's time range (rows of other batches in it
+            # are inserted once: ON CONFLICT DO NOTHING)
+            names = list(types)
+            row = conn.execute("SELECT ttl.row_time_sql(%s)", (relid,)).fetchone()
+            if row is None or row[0] is None:
+                raise StorageError(f'table "{table}" has no TTL column: its rows cannot be found in "{storage_name}"')
+            rows = target.read(target.table(schema, relname), names, sql.SQL("{} BETWEEN {} AND {}").format(
+                sql.SQL(row[0]), sql.Literal(lo), sql.Literal(hi)))
+        else:
+            data = target.get(str(key))
+            if parquet.sha256(data) != sha:
+                raise StorageError(f"object {key} of storage \"{storage_name}\" does not match its manifest (SHA-256)")
+            names, rows = parquet.decode(data)
+            if len(rows) != count:
+                raise StorageError(f"object {key} holds {len(rows)} rows, its manifest says {count}")
         unknown = [n for n in names if n not in types]
         if unknown:
             raise StorageError(f"object {key} has columns the table no longer has: {', '.join(unknown)}")
         # $n placeholders (a raw cursor): a '%' in a name is not a placeholder
         stmt = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
-            sql.Identifier(*_split(conn, relid)), sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.Identifier(schema, relname), sql.SQL(", ").join(sql.Identifier(n) for n in names),
             sql.SQL(", ").join(sql.SQL("CAST(${} AS {})").format(sql.SQL(str(i + 1)), sql.SQL(types[n]))
                                for i, n in enumerate(names)))
         with conn.transaction():

@@ -8,6 +8,8 @@
   when its upload completes. Credentials come from the standard AWS variables
   (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or profile of
   the engine's environment, never from the catalog.
+- ``postgresql://user@host:port/db?schema=archive``: a table of the same shape in
+  another database (pg_ttl.archive.postgres).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlparse
+
+if TYPE_CHECKING:
+    from pg_ttl.archive.postgres import PostgresTarget
 
 
 class StorageError(Exception):
@@ -166,10 +171,14 @@ class ObjectStore(BaseStorage):
 
 
 
-def open_storage(name: str, url: str) -> BaseStorage:
+def open_storage(name: str, url: str) -> BaseStorage | PostgresTarget:
     scheme = urlparse(url).scheme.lower()
     if scheme == "file":
         return LocalDirectory(name, url)
     if scheme == "s3":
         return ObjectStore(name, url)
+    if scheme in ("postgresql", "postgres"):
+        from pg_ttl.archive.postgres import PostgresTarget
+
+        return PostgresTarget(name, url)
     raise StorageError(f'storage "{name}": {scheme or "this"} storage is not supported yet ({url})')

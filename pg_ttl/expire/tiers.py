@@ -25,6 +25,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.archive import parquet
+from pg_ttl.archive.postgres import PostgresTarget
 from pg_ttl.archive.storage import BaseStorage, StorageError, open_storage
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.orphans import LEAVES
@@ -44,6 +45,12 @@ SELECT a.attname, t.typname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.
 MANIFEST = """
 INSERT INTO ttl.archive (relid, table_name, tier, storage, object_key, rows, bytes, sha256, min_time, max_time, run_id)
 VALUES (%(relid)s, %(table)s, %(tier)s, %(storage)s, %(key)s, %(rows)s, %(bytes)s, %(sha)s, %(min)s, %(max)s, %(run)s)
+"""
+PRIMARY_KEY = """
+SELECT a.attname FROM pg_catalog.pg_index i
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+ WHERE i.indrelid = %s AND i.indisprimary
+ ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum)
 """
 ACCOUNT = """
 UPDATE ttl.run_unit SET rows_selected = rows_selected + %(n)s, rows_deleted = rows_deleted + %(n)s,
@@ -82,7 +89,8 @@ def archive(ctx: UnitContext) -> str:
         if cp is not None and position < cp["tier"]:
             continue
         storage = open_storage(str(storage_name), str(url))
-        _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), unit.relid)
+        if not isinstance(storage, PostgresTarget):
+            _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), unit.relid)
         pred = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (policy.relid, position, ctx.pred.cutoff)).fetchone()
         assert pred is not None
         block = int(cp["from"]) if cp is not None and cp["tier"] == position else 0
@@ -93,7 +101,7 @@ def archive(ctx: UnitContext) -> str:
 
 
 def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composable, pred: sql.Composable,
-           tier: int, storage: BaseStorage, block: int) -> str:
+           tier: int, storage: BaseStorage | PostgresTarget, block: int) -> str:
     conn, unit = ctx.conn, ctx.unit
     size = conn.execute("SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / "
                         "pg_catalog.current_setting('block_size')::int8, "
@@ -125,11 +133,14 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
 
 
 def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
-          storage: BaseStorage, where: sql.Composable) -> int:
-    """Write, verify and record the rows (one object per day of the TTL column), then
-    delete them; in the caller's transaction."""
+          storage: BaseStorage | PostgresTarget, where: sql.Composable) -> int:
+    """Write, verify and record the rows (one object per day of the TTL column, or one
+    batch into a PostgreSQL table), then delete them; in the caller's transaction."""
     conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
     width = len(columns)
+    if isinstance(storage, PostgresTarget):
+        _to_postgres(ctx, columns, rows, tier, storage)
+        return _delete(ctx, rows, width, where)
     by_day: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
         by_day.setdefault(r[width + 2], []).append(r)
@@ -144,6 +155,30 @@ def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any,
         conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
                                 "key": key, "rows": len(group), "bytes": len(data), "sha": parquet.sha256(data),
                                 "min": min(times), "max": max(times), "run": ctx.run_id})
+    return _delete(ctx, rows, width, where)
+
+
+def _to_postgres(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
+                 storage: PostgresTarget) -> None:
+    """The batch into the target table, committed and verified there, then its manifest row."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    keys = [str(k) for (k,) in conn.execute(PRIMARY_KEY, (unit.relid,))]
+    width = len(columns)
+    target = storage.table(policy.schema, policy.relname)
+    found = storage.write(target, columns, keys, [r[:width] for r in rows])
+    if found != len(rows):
+        raise StorageError(f'storage "{storage.name}": {found} of {len(rows)} rows are in {target.as_string(conn)} '
+                           "after the insert: the batch is undone here")
+    times = [r[width + 1] for r in rows]
+    digest = parquet.sha256("\n".join(sorted(repr(r[:width]) for r in rows)).encode())
+    conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
+                            "key": f"{target.as_string(conn)}#{unit.relid}-{ctx.run_id}-{uuid.uuid4().hex}",
+                            "rows": len(rows), "bytes": 0, "sha": digest, "min": min(times), "max": max(times),
+                            "run": ctx.run_id})
+
+
+def _delete(ctx: UnitContext, rows: list[tuple[Any, ...]], width: int, where: sql.Composable) -> int:
+    conn, unit = ctx.conn, ctx.unit
     ctids = [str(r[width]) for r in rows]
     deleted = conn.execute(sql.SQL("DELETE FROM ONLY {} WHERE ctid = ANY(CAST({} AS pg_catalog.tid[])) AND {}").format(
         unit.ident, sql.Literal(ctids), where)).rowcount
