@@ -199,10 +199,74 @@ AS $fn$
     SELECT ttl.take_over_unit(unit, 'delete')
 $fn$;
 
--- Advisory lock key of a unit, the same as pg_ttl.expire.claims.key().
+-- Advisory lock key of a unit (ttl._begin_unit, CALL ttl.run()).
 CREATE OR REPLACE FUNCTION ttl._claim_key(unit oid) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
+$fn$;
+
+-- A unit begins: claimed (a session advisory lock on its key), unless another
+-- run holds it, a run with this very cutoff (workers sharing one scheduled
+-- round pass the same one) already finished it under the current policy, or it
+-- is gone. Returns NULL when the unit is the caller's (then, with `strategy`
+-- given, its history row is started too), else the reason it was skipped
+-- (recorded, the claim released). One statement per unit: thousands of
+-- partitions, thousands of round trips less.
+CREATE OR REPLACE FUNCTION ttl._begin_unit(run bigint, tbl oid, unit oid, unit_name text, unit_action text,
+                                           run_cutoff timestamptz, strategy text DEFAULT NULL,
+                                           start boolean DEFAULT false) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done bigint;
+    reason text;
+BEGIN
+    IF NOT pg_try_advisory_lock(ttl._claim_key(unit)) THEN
+        reason := 'busy: another run is working on it';
+    ELSE
+        -- cutoff <= started_at: the (relid, started_at) index finds the candidate runs
+        SELECT r.run_id INTO done FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
+         WHERE r.relid = tbl AND r.started_at >= run_cutoff AND r.cutoff = run_cutoff AND r.run_id <> run
+           AND r.started_at >= CASE WHEN unit_action = 'orphans'
+                                    THEN (SELECT o.updated_at FROM ttl.orphan_policy o WHERE o.relid = r.relid)
+                                    ELSE coalesce((SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid),
+                                                  (SELECT max(c.updated_at) FROM ttl.column_policy c
+                                                    WHERE c.relid = r.relid))
+                               END
+           AND u.unit_relid = unit AND u.status = 'ok' AND u.action <> 'skip'
+           AND ttl._same_work(u.action, unit_action)
+         LIMIT 1;
+        IF done IS NOT NULL THEN
+            reason := format('done: run %s finished it for this cutoff', done);
+        ELSIF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = unit) THEN
+            reason := 'the partition was dropped during the run';
+        END IF;
+        IF reason IS NOT NULL THEN
+            PERFORM pg_advisory_unlock(ttl._claim_key(unit));
+        END IF;
+    END IF;
+    IF reason IS NOT NULL THEN
+        PERFORM ttl._skip_unit(run, unit, unit_name, reason);
+    ELSIF start THEN
+        PERFORM ttl._start_unit(run, unit, unit_name, unit_action, strategy, NULL);
+    END IF;
+    RETURN reason;
+END
+$fn$;
+
+-- A unit ends: its history row finished (when `finish`), its claim released.
+CREATE OR REPLACE FUNCTION ttl._end_unit(run bigint, unit oid, unit_status text, unit_error text,
+                                         finish boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF finish THEN
+        PERFORM ttl._finish_unit(run, unit, unit_status, unit_error);
+    END IF;
+    PERFORM pg_advisory_unlock(ttl._claim_key(unit));
+END
 $fn$;

@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from pg_ttl.expire import claims, history
+from pg_ttl.expire import history
 from pg_ttl.expire.context import RateLimiter, UnitContext
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
 
@@ -156,12 +156,13 @@ def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: in
                batch_size: int, cutoff: datetime, stop: threading.Event | None) -> UnitResult:
     started = time.monotonic()
     res = UnitResult(table, label, "delete", 0, 0, "ok", None, 0.0, relid=leaf)
-    if not claims.try_claim(conn, leaf):
-        res.action, res.status, res.error = "skip", "skipped", "busy: another run is working on it"
-        history.skip_unit(conn, run_id, leaf, label, res.error)
+    # claimed and started, or skipped with the reason recorded (sql/50_history.sql)
+    row = conn.execute("SELECT ttl._begin_unit(%s, %s, %s, %s, 'delete', %s, NULL, true)",
+                       (run_id, relid, leaf, label, cutoff)).fetchone()
+    if row is not None and row[0] is not None:
+        res.action, res.status, res.error = "skip", "skipped", str(row[0])
         return res
     try:
-        history.start_unit(conn, run_id, leaf, label, "delete", None, None)
         for n in null_batches(conn, relid, leaf, batch_size, cutoff, run_id=run_id, stop=stop):
             res.values_nulled += n
         if stop is not None and stop.is_set():
@@ -177,7 +178,6 @@ def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: in
         raise
     finally:
         if not conn.broken:
-            history.finish_unit(conn, run_id, leaf, res.status, res.error)
-            claims.release(conn, leaf)
+            conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true)", (run_id, leaf, res.status, res.error))
         res.duration = time.monotonic() - started
     return res

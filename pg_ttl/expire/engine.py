@@ -13,7 +13,7 @@ import psycopg
 from psycopg import errors
 
 from pg_ttl.archive.storage import StorageError
-from pg_ttl.expire import claims, columns, history, orphans, owner, partitions, queues, ranges, rows, tiers
+from pg_ttl.expire import columns, history, orphans, owner, partitions, queues, ranges, rows, tiers
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -204,52 +204,23 @@ def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
         result.error = result.first_failure()
 
 
-# A unit finished by another run with the very same cutoff (workers sharing one
-# scheduled round pass it) under the current policy (the orphan policy for
-# orphans; the table's, else its column policies', for the rest). cutoff <= started_at, so
-# the (relid, started_at) index finds the candidate runs.
-DONE_FOR_CUTOFF = """
-SELECT r.run_id FROM ttl.run r JOIN ttl.run_unit u ON u.run_id = r.run_id
- WHERE r.relid = %(relid)s AND r.started_at >= %(cutoff)s AND r.cutoff = %(cutoff)s AND r.run_id <> %(run_id)s
-   AND r.started_at >= CASE WHEN %(orphans)s
-                            THEN (SELECT o.updated_at FROM ttl.orphan_policy o WHERE o.relid = r.relid)
-                            ELSE coalesce((SELECT p.updated_at FROM ttl.policy p WHERE p.relid = r.relid),
-                                          (SELECT max(c.updated_at) FROM ttl.column_policy c WHERE c.relid = r.relid))
-                       END
-   AND u.unit_relid = %(unit)s AND u.status = 'ok' AND u.action <> 'skip'
-   AND ttl._same_work(u.action, %(action)s)
- LIMIT 1
-"""
-
-
 def run_unit(ctx: UnitContext) -> UnitResult:
     unit, conn = ctx.unit, ctx.conn
     started = time.monotonic()
     res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
-    skipped = None
-    if not claims.try_claim(conn, unit.relid):
-        skipped = "busy: another run is working on it"
-    else:
-        # Workers sharing one scheduled round pass the same cutoff; a unit another
-        # run already finished up to this cutoff has nothing left (pg_ttl.worker).
-        done = conn.execute(DONE_FOR_CUTOFF, {"relid": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
-                                              "run_id": ctx.run_id, "unit": unit.relid,
-                                              "orphans": unit.action == "orphans",
-                                              "action": unit.action}).fetchone()
-        if done is not None:
-            skipped = f"done: run {done[0]} finished it for this cutoff"
-        elif conn.execute("SELECT 1 FROM pg_catalog.pg_class WHERE oid = %s", (unit.relid,)).fetchone() is None:
-            skipped = "the partition was dropped during the run"
-        if skipped is not None:
-            claims.release(conn, unit.relid)
-    if skipped is not None:
-        res.action, res.status, res.error = "skip", "skipped", skipped
-        history.skip_unit(conn, ctx.run_id, unit.relid, unit.name, skipped)
+    # Claimed, or skipped with the reason recorded (sql/50_history.sql); a partition to
+    # drop or detach starts at once (no checkpoint to take over).
+    row = conn.execute("SELECT ttl._begin_unit(%s, %s, %s, %s, %s, %s, NULL, %s)",
+                       (ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
+                        unit.action in ("drop", "detach"))).fetchone()
+    if row is not None and row[0] is not None:
+        res.action, res.status, res.error = "skip", "skipped", str(row[0])
         res.duration = time.monotonic() - started
         return res
     escaping: BaseException | None = None
+    ended = False
     try:
-        _do_unit(ctx, res)
+        ended = _do_unit(ctx, res)
     except errors.UndefinedTable:
         # Dropped by someone else between listing and now: nothing left to do here.
         res.status, res.error = "skipped", "the partition was dropped during the run"
@@ -272,18 +243,20 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         escaping = exc
         raise
     finally:
-        if not conn.broken:
+        if not conn.broken and not ended:
             # While another error escapes, a refused statement here must not replace it.
             with contextlib.suppress(*((psycopg.Error,) if escaping is not None else ())):
-                if res.status in ("timeout", "failed", "skipped"):
-                    history.finish_unit(conn, ctx.run_id, unit.relid, res.status, res.error)
-                claims.release(conn, unit.relid)
+                # a unit that got as far as starting is finished with its status; one
+                # that failed before starting has no row to finish (an UPDATE of nothing)
+                conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true)",
+                             (ctx.run_id, unit.relid, res.status, res.error))
         res.rows_selected, res.rows_deleted, res.values_nulled = ctx.selected, ctx.deleted, ctx.values_nulled
         res.duration = time.monotonic() - started
     return res
 
 
-def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
+def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
+    """The unit's work; True when it ended the unit itself (claim released)."""
     unit, conn, policy = ctx.unit, ctx.conn, ctx.policy
     if unit.action in ("delete", "orphans"):
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
@@ -300,21 +273,20 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> None:
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
             columns.null_unit(ctx)
-        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
     elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
         res.strategy = "ctid" if unit.action == "archive" else "queue"
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
         res.status = tiers.archive(ctx) if unit.action == "archive" else queues.drain(ctx)
-        history.finish_unit(conn, ctx.run_id, unit.relid, res.status, None)
-    else:
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, None)
+    else:  # started by ttl._begin_unit; ended in the transaction that removes the partition
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
         if unit.action == "drop":
             partitions.drop_partition(ctx)
         else:
             res.strategy = partitions.detach_partition(ctx)
+        return True
+    return False
 
 
 def estimate_expired(ctx: UnitContext) -> int | None:

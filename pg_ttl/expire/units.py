@@ -216,7 +216,16 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     key = _range_key(conn, relid)
     grows_with = policy.column if policy.expression is None else monotone_column(policy.expression)
     on_ttl_column = key is not None and grows_with is not None and key.column == grows_with
-    for oid, schema, relname, relkind, bound, pending in conn.execute(CHILDREN, (relid,)).fetchall():
+    children = conn.execute(CHILDREN, (relid,)).fetchall()
+    # A column policy's bounds, all judged in one statement (thousands of partitions).
+    expired_bounds: set[str] = set()
+    if on_ttl_column and policy.expression is None:
+        uppers = [u for u in (upper_bound(b) for *_, b, _p in children) if u is not None]
+        if uppers:
+            expired_bounds = {str(u) for u, done in conn.execute(
+                "SELECT u, ttl.partition_expired(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
+                (policy.relid, pred.cutoff, uppers)) if done}
+    for oid, schema, relname, relkind, bound, pending in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
         child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, bound=bound)
@@ -228,7 +237,8 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
                 units.append(child)
             continue
         upper = upper_bound(bound) if on_ttl_column else None
-        if upper is not None and key is not None and bound_expired(conn, policy, pred, upper, key):
+        if upper is not None and key is not None and (upper in expired_bounds if policy.expression is None
+                                                      else bound_expired(conn, policy, pred, upper, key)):
             child.action, child.upper = policy.partition_action, upper
             units.append(child)
         elif relkind == "p":
