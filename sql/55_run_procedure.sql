@@ -123,8 +123,8 @@ BEGIN
                      ORDER BY c.relname
         LOOP
             PERFORM pg_catalog.set_config('role', p.owner, true);
-            IF NOT pg_catalog.pg_try_advisory_lock(ttl._claim_key(leaf.oid)) THEN
-                PERFORM ttl._skip_unit(run, leaf.oid, leaf.name, 'busy: another run is working on it');
+            -- claimed, or skipped with the reason recorded (busy, done for this cutoff, gone)
+            IF ttl._begin_unit(run, p.relid, leaf.oid, leaf.name, 'delete', cutoff) IS NOT NULL THEN
                 COMMIT;
                 CONTINUE;
             END IF;
@@ -239,8 +239,7 @@ BEGIN
             END IF;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false),
                     pg_catalog.set_config('role', p.owner, true);
-            PERFORM ttl._finish_unit(run, leaf.oid, unit_status, unit_error);
-            PERFORM pg_catalog.pg_advisory_unlock(ttl._claim_key(leaf.oid));
+            PERFORM ttl._end_unit(run, leaf.oid, unit_status, unit_error, true);
             COMMIT;
         END LOOP;
         PERFORM pg_catalog.set_config('role', p.owner, true);
