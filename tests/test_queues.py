@@ -399,3 +399,18 @@ def test_a_timestamp_key_finds_its_entry_whatever_the_writers_time_zone(db: psyc
     queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
     assert queue is not None
     assert db.execute(f"SELECT count(*) FROM {queue[0]}").fetchone() == (39,)
+
+
+def test_uninstall_removes_the_queue_and_its_triggers(db: psycopg.Connection[Any], dsn: str, cli: Any) -> None:
+    _table(db, 100, 10)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.commit()
+    result = cli("uninstall", "--dsn", dsn, "--yes")
+    assert result.returncode == 0, result.stderr
+    assert db.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 't'::regclass AND NOT tgisinternal"
+                      ).fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'ttl'").fetchone() == (0,)
+    db.execute("UPDATE t SET v = now(), id = id + 1000")  # the table works without pg_ttl
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (100,)
+    db.rollback()
+    assert cli("install", "--dsn", dsn).returncode == 0
