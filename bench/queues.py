@@ -168,20 +168,24 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=20_000, help="single-row INSERT transactions per run")
     parser.add_argument("--bulk", type=int, default=200_000, help="rows of the bulk INSERT")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved INSERT runs (best is kept)")
+    parser.add_argument("--parts", default="passes,updates,inserts",
+                        help="which measurements, comma-separated (default: all three)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "1GB",
                                    "max_wal_size": "8GB", "autovacuum": "off"})
     server.start()
     try:
-        results = {"passes": passes(server, args.rows), "updates": updates(server, args.rows, args.seconds),
-                   "inserts": inserts(server, args.single, args.bulk, args.repeat)}
+        results = {"passes": passes(server, args.rows) if "passes" in parts else {},
+                   "updates": updates(server, args.rows, args.seconds) if "updates" in parts else {},
+                   "inserts": inserts(server, args.single, args.bulk, args.repeat) if "inserts" in parts else {}}
     finally:
         server.cleanup()
     print(f"{server.version}; {args.rows:,} rows ~100 B; 2 cores\n")
     print("| expired | layout | pass seconds | vs sweep | filling the queue first |")
     print("|---|---|---|---|---|")
-    for share in ("0.1%", "1%"):
+    for share in ("0.1%", "1%") if results["passes"] else ():
         sweep = results["passes"][f"{share} sweep"]["seconds"]
         for layout in LAYOUTS:
             r = results["passes"][f"{share} {layout}"]
@@ -194,11 +198,13 @@ def main() -> None:
         btree = results["updates"][f"{workload}: btree"]["tps"]
         print(f"| {workload} | {layout} | {r['tps']:,.0f} | {r['tps'] / btree:.2f}x | {r['hot_share']:.0%} |")
     ins = results["inserts"]
-    print("\n| INSERT | no queue (CPU s) | queue (CPU s) | overhead |")
-    print("|---|---|---|---|")
-    for kind, label in (("single", f"{args.single:,} single-row transactions"), ("bulk", f"one of {args.bulk:,} rows")):
-        base, queue = ins["none"][kind], ins["queue"][kind]
-        print(f"| {label} | {base:.2f} | {queue:.2f} | {queue / base - 1:+.0%} |")
+    if ins:
+        print("\n| INSERT | no queue (CPU s) | queue (CPU s) | overhead |")
+        print("|---|---|---|---|")
+        for kind, label in (("single", f"{args.single:,} single-row transactions"),
+                            ("bulk", f"one of {args.bulk:,} rows")):
+            base, queue = ins["none"][kind], ins["queue"][kind]
+            print(f"| {label} | {base:.2f} | {queue:.2f} | {queue / base - 1:+.0%} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

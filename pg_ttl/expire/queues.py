@@ -6,9 +6,10 @@ checkpointed, resumable, several workers drain different shards at once). A
 shard is read in (expiry, key) order from its checkpoint, ``delete_batch_size``
 entries per transaction: the rows of the entries whose expiry has passed are
 deleted with the expiry re-checked on the row itself and application row locks
-skipped (the table's DELETE trigger removes their entries), then the entries
-of that range whose row is gone or now expires at another instant are removed
-or moved (``ttl.queue_repair_sql``). The statements are the database's
+skipped (the table's DELETE trigger removes their entries); when some rows
+stayed, the entries of that range whose row is gone or now expires at another
+instant are removed or moved (``ttl.queue_repair_sql``). A stale entry whose
+row expired anyway is removed by a later pass (its row is gone by then). The statements are the database's
 (``ttl.queue_drain_sql``); this module runs them and keeps the books.
 
 A queue being filled (existing rows added by ``ttl.queue_backfill``) is
@@ -99,7 +100,8 @@ def drain(ctx: UnitContext) -> str:
                 selected, deleted, last = int(got[0]), int(got[1]), got[2]
                 if selected == 0:
                     return "ok"
-                cur.execute(repair_sql, (Jsonb(after) if after is not None else None, Jsonb(last)))
+                if deleted < selected:  # some entries' rows stayed (held, gone, or later): check them
+                    cur.execute(repair_sql, (Jsonb(after) if after is not None else None, Jsonb(last)))
                 ctx.conn.execute(ACCOUNT, {"selected": selected, "deleted": deleted, "run_id": ctx.run_id,
                                            "unit": ctx.unit.relid,
                                            "checkpoint": Jsonb({"strategy": "queue", "after": last})})
