@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "pg_ttl.cli.orphans",
     "pg_ttl.cli.queue",
     "pg_ttl.cli.archive",
+    "pg_ttl.cli.ttl",
 ]
 
 EPILOG = """\

@@ -3,7 +3,8 @@
 ``CREATE TABLE ... WITH (ttl_...)`` and ``ALTER TABLE ... SET/RESET (ttl_...)``
 become the same statements without the TTL options plus calls of the SQL API
 (``ttl.set_options``, ``ttl.reset_options``, ``ttl.disable``,
-``ttl.enable_column``, ``ttl.disable_column``). CQL's ``INSERT/UPDATE ...
+``ttl.enable_column``, ``ttl.disable_column``); YDB's ``TTL = Interval(...) ON
+col`` is read as those options first (pg_ttl/ddl/ydb.py). CQL's ``INSERT/UPDATE ...
 USING TTL n`` becomes ``SELECT ttl.using_ttl('n seconds')`` before the
 statement. Every other statement is copied byte for byte from the input; only
 changed statements are printed again (by pglast), and the result is parsed
@@ -25,6 +26,7 @@ from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
 from pg_ttl.ddl import options as opts
+from pg_ttl.ddl import ydb
 from pg_ttl.ddl.options import OptionError
 
 # The SQL that TTL DDL turns into; $n are filled in as literals (in the AST, by
@@ -87,6 +89,7 @@ class Statement:
 
 def rewrite(sql: str, filename: str = "<input>") -> str:
     """Plain PostgreSQL for ``sql`` (pure: no database). Raises TtlDdlError."""
+    sql = ydb.translate(sql, filename)
     statements = rewrite_statements(sql, filename)
     return render(sql, statements)
 
@@ -106,7 +109,9 @@ def render(sql: str, statements: Sequence[Statement]) -> str:
 
 
 def rewrite_statements(sql: str, filename: str = "<input>") -> list[Statement]:
-    """Every statement of ``sql`` with its rewrite; raises TtlDdlError at the first problem."""
+    """Every statement of ``sql`` with its rewrite; raises TtlDdlError at the first problem.
+    YDB's TTL clause is read first (pg_ttl.ddl.ydb): offsets are those of that text."""
+    sql = ydb.translate(sql, filename)
     lines = _LineIndex(sql)
     try:
         tokens = pglast.parser.scan(sql)
