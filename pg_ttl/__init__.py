@@ -1,6 +1,10 @@
 """pg_ttl: time-to-live for PostgreSQL."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pg_ttl.settings import TableDescription, Tier, TtlSettings, alter_table, describe_table
 
 try:
     __version__ = version("pg-ttl")
@@ -16,4 +20,13 @@ def rewrite(sql: str, filename: str = "<input>") -> str:
     return _rewrite(sql, filename)
 
 
-__all__ = ["__version__", "rewrite"]
+def __getattr__(name: str) -> object:
+    # The Python API (pg_ttl/settings.py), imported on use: psycopg costs start-up time.
+    if name in ("TtlSettings", "Tier", "TableDescription", "alter_table", "describe_table"):
+        from pg_ttl import settings
+
+        return getattr(settings, name)
+    raise AttributeError(f"module 'pg_ttl' has no attribute {name!r}")
+
+
+__all__ = ["TableDescription", "Tier", "TtlSettings", "__version__", "alter_table", "describe_table", "rewrite"]
