@@ -96,6 +96,7 @@ DECLARE
     is_new boolean;
     kv record;
     orphan jsonb;
+    tiers text;
 BEGIN
     PERFORM ttl._check_table(tbl);
     IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
@@ -112,6 +113,13 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- ttl_tiers (TTL DDL) goes to ttl.set_tiers once the policy is saved (sql/82_tiers.sql).
+    tiers := (SELECT o.value #>> '{}' FROM jsonb_each(options) AS o WHERE ttl._option_key(o.key) = 'tiers');
+    options := options - ARRAY(SELECT o.key FROM jsonb_each(options) AS o WHERE ttl._option_key(o.key) = 'tiers');
+    IF options = '{}'::jsonb AND tiers IS NOT NULL THEN
+        PERFORM ttl.set_tiers(tbl, ttl._tiers_json(tiers));
+        RETURN;
+    END IF;
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl FOR UPDATE;
     is_new := NOT FOUND;
     IF is_new THEN
@@ -126,6 +134,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM ttl._save_policy(p, is_new);
+    IF tiers IS NOT NULL THEN
+        PERFORM ttl.set_tiers(tbl, ttl._tiers_json(tiers));
+    END IF;
 END
 $fn$;
 
@@ -166,6 +177,13 @@ BEGIN
                                                   WHERE ttl._option_key(o) LIKE 'orphan\_%'));
         END IF;
         options := ARRAY(SELECT o FROM unnest(options) AS o WHERE ttl._option_key(o) NOT LIKE 'orphan\_%');
+        IF cardinality(options) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(options) AS o WHERE ttl._option_key(o) = 'tiers') THEN
+        PERFORM ttl.set_tiers(tbl, '[]');
+        options := ARRAY(SELECT o FROM unnest(options) AS o WHERE ttl._option_key(o) <> 'tiers');
         IF cardinality(options) = 0 THEN
             RETURN;
         END IF;
@@ -282,6 +300,7 @@ BEGIN
     IF FOUND THEN
         RETURN QUERY VALUES ('table', tbl::text);
         RETURN QUERY SELECT * FROM ttl._option_values(p);
+        RETURN QUERY VALUES ('ttl_tiers', ttl._tiers_text(tbl));
         RETURN QUERY VALUES
             ('row_expiry_column', ttl._attname(p.relid, p.row_expiry_attnum)::text),
             ('created_at', p.created_at::text),

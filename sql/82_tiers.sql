@@ -206,3 +206,47 @@ AS $fn$
     SELECT ttl._expiry_sql(p.ttl_atttypid, p.unit, interval '0', format('%I', ttl._attname(tbl, p.ttl_attnum)))
       FROM ttl.policy p WHERE p.relid = tbl AND p.ttl_attnum IS NOT NULL
 $fn$;
+
+-- Tiers as TTL DDL spells them, "ttl_tiers = '30 days TO cold, 400 days DELETE'"
+-- (or a JSON array as ttl.set_tiers takes it), to ttl.set_tiers's JSON.
+CREATE OR REPLACE FUNCTION ttl._tiers_json(spec text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    part text;
+    m text[];
+    out jsonb := '[]';
+BEGIN
+    IF btrim(spec) LIKE '[%' THEN
+        RETURN spec::jsonb;
+    END IF;
+    IF btrim(coalesce(spec, '')) = '' THEN
+        RETURN out;
+    END IF;
+    FOREACH part IN ARRAY string_to_array(spec, ',') LOOP
+        m := regexp_match(part, '^\s*(.+?)\s+to\s+("[^"]+"|[A-Za-z_][A-Za-z0-9_-]*)\s*$', 'i');
+        IF m IS NOT NULL THEN
+            out := out || jsonb_build_array(jsonb_build_object('after', m[1], 'to', btrim(m[2], '"')));
+            CONTINUE;
+        END IF;
+        m := regexp_match(part, '^\s*(.+?)\s+delete\s*$', 'i');
+        IF m IS NULL THEN
+            RAISE EXCEPTION 'value of "ttl_tiers": "%" is neither "<interval> TO <storage>" nor "<interval> DELETE"',
+                btrim(part) USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'e.g. ttl_tiers = ''30 days TO cold, 400 days DELETE''';
+        END IF;
+        out := out || jsonb_build_array(jsonb_build_object('after', m[1], 'action', 'delete'));
+    END LOOP;
+    RETURN out;
+END
+$fn$;
+
+-- A table's storage tiers as TTL DDL spells them (NULL: none), for ttl.describe and pg-ttl dump.
+CREATE OR REPLACE FUNCTION ttl._tiers_text(tbl oid) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT string_agg(format('%s TO %s', t.after, t.storage), ', ' ORDER BY t.position)
+      FROM ttl.tier t WHERE t.relid = tbl
+$fn$;

@@ -98,8 +98,8 @@ def test_only_the_clause_changes() -> None:
     ("ALTER TABLE t SET (TTL = Interval(\"one hour\") ON c);", "1:35", "not an ISO 8601 duration"),
     ("ALTER TABLE t SET (TTL = Interval(\"P1D\") DELETE, Interval(\"P2D\") DELETE ON c);", "1:50",
      "DELETE must be the last tier"),
-    ("ALTER TABLE t SET (TTL = Interval(\"P1D\") TO EXTERNAL DATA SOURCE cold, Interval(\"P30D\") DELETE ON c);",
-     "1:35", 'tiers in TTL DDL are not supported yet (the tier to "cold")'),
+    ("ALTER TABLE t SET (TTL = Interval(\"P1D\") TO EXTERNAL DATA SOURCE cold ON c);",
+     "1:35", "the last tier must DELETE"),
 ])
 def test_mistakes_are_reported_at_their_line_and_column(sql: str, position: str, message: str) -> None:
     with pytest.raises(TtlDdlError) as err:
@@ -107,12 +107,14 @@ def test_mistakes_are_reported_at_their_line_and_column(sql: str, position: str,
     assert f"m.sql:{position}: " in str(err.value) and message in str(err.value), str(err.value)
 
 
-def test_tiers_are_refused_with_the_call_that_sets_them(db: Conn) -> None:
+def test_tiers_become_pg_ttl_tiers(db: Conn, tmp_path: Any) -> None:
     db.execute(TABLE.format(t="t"))
+    db.execute("SELECT ttl.create_storage('cold', %s)", (f"file://{tmp_path}",))
     db.commit()
-    with pytest.raises(TtlDdlError, match=r"ttl\.set_tiers") as err:
-        apply(db, "ALTER TABLE t SET (TTL = Interval(\"P1D\") TO EXTERNAL DATA SOURCE cold, "
-                  "Interval(\"P30D\") DELETE ON created_at);", "m.sql")
-    assert '"to": "cold"' in str(err.value)
-    db.rollback()
-    assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)  # nothing applied
+    apply(db, "ALTER TABLE t SET (TTL = Interval(\"P1D\") TO EXTERNAL DATA SOURCE cold, "
+              "Interval(\"P30D\") DELETE ON created_at);", "m.sql")
+    db.commit()
+    policy = _policy(db, "t")
+    assert (policy["ttl_column"], policy["ttl_expire_after"], policy["ttl_tiers"]) == (
+        "created_at", "30 days", "1 day TO cold")
+    assert db.execute("SELECT after::text, storage FROM ttl.tier").fetchall() == [("1 day", "cold")]

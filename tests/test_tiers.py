@@ -368,3 +368,25 @@ def test_a_postgresql_storage_keeps_no_password_and_needs_a_key(db: psycopg.Conn
     db.execute("SELECT ttl.enable('nokey', expire_after => '1 day', column_name => 'at')")
     with pytest.raises(psycopg.errors.InvalidTableDefinition, match="needs a primary key"):
         db.execute("""SELECT ttl.set_tiers('nokey', '[{"after": "1 hour", "to": "h"}]')""")
+
+
+def test_tiers_in_ttl_ddl_describe_and_dump(db: psycopg.Connection[Any], tmp_path: Path, dsn: str, cli: Any) -> None:
+    from pg_ttl.ddl.apply import apply
+
+    _events(db, tmp_path)
+    apply(db, "ALTER TABLE events SET (ttl_tiers = '20 days TO local, 300 days DELETE');", "m.sql")
+    db.commit()
+    assert db.execute("SELECT value FROM ttl.describe('events') WHERE option = 'ttl_tiers'").fetchone() == (
+        "20 days TO local",)
+    assert db.execute("SELECT expire_after::text FROM ttl.policy").fetchone() == ("300 days",)
+    dumped = cli("dump", "events", "--dsn", dsn).stdout
+    assert "ttl_tiers = '20 days TO local'" in dumped, dumped
+    apply(db, "ALTER TABLE events RESET (ttl_tiers);", "m.sql")
+    db.commit()
+    assert db.execute("SELECT count(*) FROM ttl.tier").fetchone() == (0,)
+    # the dump recreates them
+    apply(db, dumped, "dump.sql")
+    db.commit()
+    assert db.execute("SELECT after::text, storage FROM ttl.tier").fetchall() == [("20 days", "local")]
+    with pytest.raises(Exception, match="neither"):
+        apply(db, "ALTER TABLE events SET (ttl_tiers = '20 days INTO local');", "m.sql")

@@ -28,6 +28,7 @@ class Kind(Enum):
     BATCH = "batch"  # integer >= 1
     RATE = "rate"  # integer >= 0, 0 = unlimited
     SHARDS = "shards"  # integer 0..1024, 0 = no expiration queue
+    TIERS = "tiers"  # '30 days TO cold, 400 days DELETE'
     PARTITION_ACTION = "partition_action"
     SCHEMA = "schema"
     TABLE = "table"  # a table name, optionally with (columns)
@@ -57,6 +58,9 @@ OPTIONS: dict[str, Kind] = {
 
 # The orphan policy's options (docs/orphans.md), set through the same ALTER TABLE
 # ... SET (...); the database routes them to ttl.set_orphan_options.
+# Storage tiers (docs/tiers.md): the database routes ttl_tiers to ttl.set_tiers.
+TIER_OPTIONS: dict[str, Kind] = {"tiers": Kind.TIERS}
+
 ORPHAN_OPTIONS: dict[str, Kind] = {
     "orphan_of": Kind.TABLE,
     "orphan_key": Kind.COLUMNS,
@@ -97,10 +101,11 @@ def key_of(defname: str) -> str:
     """``ttl_expire_after`` -> ``expire_after``; refuses names that are not options."""
     name = defname.lower()
     key = name[len(PREFIX):]
-    if key not in OPTIONS and key not in ORPHAN_OPTIONS:
+    if key not in OPTIONS and key not in ORPHAN_OPTIONS and key not in TIER_OPTIONS:
         raise OptionError(
             f"unknown TTL option \"{name}\"",
-            hint="accepted options: ttl, " + ", ".join(PREFIX + k for k in [*OPTIONS, *ORPHAN_OPTIONS]),
+            hint="accepted options: ttl, " + ", ".join(PREFIX + k for k in [*OPTIONS, *TIER_OPTIONS,
+                                                                             *ORPHAN_OPTIONS]),
         )
     return key
 
@@ -129,7 +134,7 @@ def value_text(elem: ast.DefElem) -> str:
 
 def check(key: str, value: str) -> str:
     """Check one option value; returns it as ttl.set_options should receive it."""
-    kind = OPTIONS[key] if key in OPTIONS else ORPHAN_OPTIONS[key]
+    kind = OPTIONS.get(key) or TIER_OPTIONS.get(key) or ORPHAN_OPTIONS[key]
     checker = _CHECKS[kind]
     checker(key, value)
     return value
@@ -391,6 +396,25 @@ def _check_shards(key: str, value: str) -> None:
         raise OptionError(f"value of {label(key)} must be between 0 (no queue) and 1024, got {value.strip()}")
 
 
+_TIER = re.compile(r"^\s*(.+?)\s+(?:to\s+(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_-]*)|delete)\s*$", re.I)
+
+
+def _check_tiers(key: str, value: str) -> None:
+    """``<interval> TO <storage>, ..., [<interval> DELETE]`` (the database checks the rest:
+    storages exist, intervals increase)."""
+    if value.strip().startswith("["):
+        return  # ttl.set_tiers's JSON, checked by the database
+    parts = [p for p in value.split(",")]
+    for i, part in enumerate(parts):
+        m = _TIER.match(part)
+        if m is None:
+            raise OptionError(f"value of {label(key)}: '{part.strip()}' is neither '<interval> TO <storage>' "
+                              "nor '<interval> DELETE'", hint="e.g. ttl_tiers = '30 days TO cold, 400 days DELETE'")
+        check_interval(key, m.group(1))
+        if m.group(2) is None and i != len(parts) - 1:
+            raise OptionError(f"value of {label(key)}: DELETE must be the last tier")
+
+
 def _check_partition_action(key: str, value: str) -> None:
     if value.strip().lower() not in PARTITION_ACTIONS:
         raise OptionError(f"value of {label(key)} must be drop or detach, got '{value}'")
@@ -406,6 +430,7 @@ _CHECKS = {
     Kind.BATCH: _check_batch,
     Kind.RATE: _check_rate,
     Kind.SHARDS: _check_shards,
+    Kind.TIERS: _check_tiers,
     Kind.PARTITION_ACTION: _check_partition_action,
     Kind.SCHEMA: _check_schema,
     Kind.TABLE: _check_table,

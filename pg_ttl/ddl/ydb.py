@@ -10,13 +10,13 @@ the scanner's tokens (pglast), before the statement is parsed, and writes
 ``ttl_expire_after = 'PT1H', ttl_column = 'created_at'[, ttl_unit = 'seconds']``
 in its place; every other byte of the input stays, and the clause's line
 breaks too, so line numbers after it do not move. Mistakes in the clause are
-reported at their own line and column. Tiers (``Interval(...) TO EXTERNAL DATA
-SOURCE name``) are refused with the ``ttl.set_tiers`` call that sets them.
+reported at their own line and column. Tiers (``Interval("P1D") TO EXTERNAL
+DATA SOURCE cold, Interval("P30D") DELETE ON c``) become ``ttl_tiers = 'P1D TO
+cold'`` with the last (DELETE) interval as ``ttl_expire_after``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -123,16 +123,15 @@ def _clause(sql: str, tokens: list[Any], i: int, filename: str) -> tuple[int, st
             raise _error(f"unknown unit {_word(sql, tokens[j + 2])}", sql, tokens[j + 2].start, filename,
                          hint="SECONDS, MILLISECONDS, MICROSECONDS or NANOSECONDS")
         j += 2
-    storages = [t for t in tiers if t[1] is not None]
-    if storages:
-        spec = [{"after": d, "to": s} if s else {"after": d, "action": "delete"} for d, s, _ in tiers]
-        raise _error(f'tiers in TTL DDL are not supported yet (the tier to "{storages[0][1]}")', sql,
-                     storages[0][2], filename,
-                     hint=f"set them with SELECT ttl.set_tiers('<table>', '{json.dumps(spec)}') "
-                          f"after ttl_column = '{column}'")
-    options = f"ttl_expire_after = {_literal(tiers[0][0])}, ttl_column = {_literal(column)}"
+    *moves, last = tiers
+    if last[1] is not None:
+        raise _error("the last tier must DELETE: pg_ttl deletes rows after their last tier", sql, last[2], filename,
+                     hint='e.g. TTL = Interval("P1D") TO EXTERNAL DATA SOURCE cold, Interval("P30D") DELETE ON c')
+    options = f"ttl_expire_after = {_literal(last[0])}, ttl_column = {_literal(column)}"
     if unit:
         options += f", ttl_unit = {_literal(unit)}"
+    if moves:  # storage tiers (docs/tiers.md): the storages are made with ttl.create_storage
+        options += ", ttl_tiers = " + _literal(", ".join(f"{d} TO {s}" for d, s, _ in moves))
     return j, options
 
 
