@@ -274,10 +274,14 @@ def _block_of(tid: str) -> int:
 
 # -- statements ---------------------------------------------------------------
 
-def execute(ctx: UnitContext, query: sql.Composed | sql.SQL, reraise_lock: bool = False) -> psycopg.Cursor[Any]:
+def execute(ctx: UnitContext, query: sql.Composed | sql.SQL | str, reraise_lock: bool = False,
+            raw_params: tuple[Any, ...] | None = None) -> psycopg.Cursor[Any]:
     """Run a statement that names the table: without parameters, so no '%' in it is read
-    as a placeholder (the module docstring)."""
+    as a placeholder (the module docstring), or with ``raw_params`` for its $1, $2 ...
+    through a raw cursor (no '%' placeholders either). Timeouts become UnitTimeout."""
     try:
+        if raw_params is not None:
+            return psycopg.RawCursor(ctx.conn).execute(query, raw_params)
         return ctx.conn.execute(query)
     except errors.LockNotAvailable as exc:
         if reraise_lock:

@@ -31,12 +31,11 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-import psycopg
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import Chunk, UnitTimeout, ctid_batches, execute, index_batches, set_lock_timeout
+from pg_ttl.expire.ranges import Chunk, ctid_batches, execute, index_batches, set_lock_timeout
 
 TTL_INDEX = """
 SELECT ic.relname FROM pg_catalog.pg_index i
@@ -205,17 +204,8 @@ def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool
                                                  skip_locked)).fetchone()
         assert row is not None
         ctx.block_delete[skip_locked] = row[0]
-    try:
-        cur = psycopg.RawCursor(ctx.conn).execute(ctx.block_delete[skip_locked],
-                                                  (f"({blocks[0]},0)", f"({blocks[1]},0)"))
-    except errors.LockNotAvailable as exc:
-        if reraise_lock:
-            raise
-        raise UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
-                          "by another session") from exc
-    except errors.QueryCanceled as exc:
-        raise UnitTimeout(f"statement_timeout ({ctx.settings.statement_timeout}) reached") from exc
-    return cur.rowcount
+    return execute(ctx, ctx.block_delete[skip_locked], reraise_lock,
+                   raw_params=(f"({blocks[0]},0)", f"({blocks[1]},0)")).rowcount
 
 
 def _blocks_accounted(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> int:
