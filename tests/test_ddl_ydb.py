@@ -49,6 +49,11 @@ def test_ydb_examples_give_the_same_policy_as_ttl_options(db: Conn, ydb: str, na
     apply(db, native.format(t="b"), "native.sql")
     db.commit()
     assert _policy(db, "a") == _policy(db, "b")
+    # and pg-ttl dump writes the same TTL DDL for both
+    from pg_ttl.ddl import dump
+
+    [a], [b] = dump.read(db, "a"), dump.read(db, "b")
+    assert a.options == b.options and a.options
     reloptions = db.execute("SELECT c.relname, c.reloptions FROM pg_class c WHERE relname IN ('a', 'b')"
                             " ORDER BY 1").fetchall()
     assert reloptions[0][1] == reloptions[1][1]  # fillfactor where given, nothing else
