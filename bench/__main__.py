@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="directory for <date>.json and <date>.png (default bench/results)")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
     ap.add_argument("--update-readme", action="store_true",
-                    help="rewrite the README's benchmark section from this run's results")
+                    help="rewrite the benchmark section of docs/benchmarks.md from this run's results")
     args = ap.parse_args(argv)
     unknown = set(args.only.split(",")) - set(ALL)
     if unknown:
@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             log(why)
     report.write_json(results, json_path)
     log(f"results: {json_path} ({results['duration_s']:.0f} s)")
-    md = report.markdown(results, _rel(png_path) if results.get("plot") else None, _rel(json_path))
+    # The summary lives in docs/benchmarks.md, one directory below the repository root.
+    md = report.markdown(results, _rel(png_path) if results.get("plot") else None, _rel(json_path), "../")
     print(md)
     if args.update_readme:
-        report.update_readme(ROOT / "README.md", md)
-        log("README benchmark section updated")
+        report.update_readme(ROOT / "docs" / "benchmarks.md", md)
+        log("docs/benchmarks.md benchmark section updated")
     return 1 if results["errors"] else 0
 
 

@@ -200,7 +200,8 @@ def _fmt(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "—" if v is None else f"{v:{spec}}{suffix}"
 
 
-def markdown(results: dict[str, Any], png_rel: str | None, json_rel: str) -> str:
+def markdown(results: dict[str, Any], png_rel: str | None, json_rel: str, link_prefix: str = "") -> str:
+    """The summary; ``link_prefix`` leads from the page it goes into to the repository root."""
     w = results.get("workloads", {})
     m = results["machine"]
     lines = [
@@ -208,7 +209,7 @@ def markdown(results: dict[str, Any], png_rel: str | None, json_rel: str) -> str
         f"{m.get('memory_mb', 0) // 1024} GB RAM, {m.get('postgres', '').split(' on ')[0]}; scale "
         f"{results['config']['scale']}, {results['config']['reps']} repetitions (median, min-max), load average "
         f"{results['load']['before']} before / {results['load']['after']} after. Raw numbers: [`{json_rel}`]"
-        f"({json_rel}); how to rerun: [`bench/README.md`](bench/README.md).",
+        f"({link_prefix}{json_rel}); how to rerun: [`bench/README.md`]({link_prefix}bench/README.md).",
         "",
     ]
     for key in ("plain_indexed", "plain_noindex"):
@@ -298,7 +299,7 @@ def markdown(results: dict[str, Any], png_rel: str | None, json_rel: str) -> str
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
         lines.append(f"| {t['name']} | {t['goal']} | {_fmt_measured(t)} | {met} {t.get('detail', '')} |")
     if png_rel:
-        lines += ["", f"![bench results]({png_rel})"]
+        lines += ["", f"![bench results]({link_prefix}{png_rel})"]
     return "\n".join(lines) + "\n"
 
 

@@ -42,3 +42,18 @@ def test_describe_errors(dsn: str, plain_dsn: str, db: psycopg.Connection[Any], 
     assert not_installed.returncode == 1 and "pg_ttl is not installed" in not_installed.stderr
     for r in (no_ttl, missing, not_installed):
         assert "Traceback" not in r.stderr
+
+
+def test_describe_separates_ttl_options_from_policy_metadata(db: psycopg.Connection[Any], dsn: str,
+                                                             cli: Any) -> None:
+    # A TTL column called created_at, like the policy's own timestamp: describe must not mix them.
+    db.execute("CREATE TABLE ev (id int, created_at timestamptz NOT NULL)")
+    db.execute("SELECT ttl.enable('ev', expire_after => '30 days', column_name => 'created_at')")
+    db.commit()
+    res = cli("describe", "--dsn", dsn, "ev")
+    assert res.returncode == 0, res.stderr
+    options, _, record = res.stdout.partition("Policy record")
+    assert record, res.stdout
+    assert "ttl_expire_after" in options and "created_at" in options  # the TTL column, an option's value
+    assert "policy created at" not in options and "policy updated at" not in options
+    assert "policy created at" in record and "policy updated at" in record and "ttl_expire_after" not in record

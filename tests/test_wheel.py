@@ -22,7 +22,7 @@ def test_wheel_installs_into_a_database(tmp_path: Path, plain_dsn: str) -> None:
     # Build from a copy: an in-tree build/ directory could leak stale files into the wheel.
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "bench", "tests"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "bench", "tests"))
     wheel_dir = tmp_path / "wheel"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(wheel_dir), str(source)], check=True, capture_output=True)

@@ -56,14 +56,29 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# ttl.describe()'s rows about the policy record rather than the TTL, and how describe labels them.
+POLICY_METADATA = {"table": "table", "created_at": "policy created at", "updated_at": "policy updated at"}
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         rows = catalog.describe(conn, args.table)
+    # The policy's own timestamps are not TTL options, and a table often has a column of the same
+    # name (created_at): they get a table of their own, under names that cannot be read as columns.
     table = Table(title=f"TTL of {args.table}", show_header=True)
     table.add_column("option")
     table.add_column("value")
+    meta = Table(title="Policy record", show_header=True)
+    meta.add_column("field")
+    meta.add_column("value")
     for option, value in rows:
-        table.add_row(option, "" if value is None else value)
+        shown = "" if value is None else value
+        if option in POLICY_METADATA:
+            meta.add_row(POLICY_METADATA[option], shown)
+        else:
+            table.add_row(option, shown)
     console.print(table)
+    if meta.row_count:
+        console.print(meta)
     return 0

@@ -63,6 +63,9 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-estimates", action="store_true",
                    help="skip backlog and lag (they read each table's TTL index or planner statistics)")
+    p.add_argument("--lost-after", type=float, default=300.0, metavar="SECONDS",
+                   help="show a worker as lost when its heartbeat is older than this and it is not in a run "
+                        "(default 300)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("systemd-unit", help="print the systemd unit of the worker (Type=notify, watchdog)")
@@ -121,7 +124,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         require_installed(conn)
         if conn.execute("SELECT pg_catalog.to_regclass('ttl.worker_schedule')").fetchone() == (None,):
             raise CliError("the installed pg_ttl schema predates the worker (run: pg-ttl upgrade)")
-        status = collect(conn, args.table, estimates=not args.no_estimates)
+        status = collect(conn, args.table, estimates=not args.no_estimates, lost_after=args.lost_after)
     if args.json:
         print(json.dumps(status.to_json(), indent=2))
         return 0
@@ -139,15 +142,19 @@ def cmd_status(args: argparse.Namespace) -> int:
                 t.table, t.job_cron + (" (paused)" if t.paused else ""), state,
                 str(last.rows_deleted) if last else "", _fmt_duration(last.duration) if last else "",
                 f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never"),
-                "" if t.backlog is None else f"~{t.backlog}",
+                "" if t.backlog is None else (str(t.backlog) if t.backlog_exact else f"~{t.backlog} (estimate)"),
                 "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds))
         console.print(table)
+        if any(t.backlog is not None and not t.backlog_exact for t in status.tables):
+            console.print("backlog ~N: the planner's estimate from the last ANALYZE; "
+                          "`pg-ttl plan TABLE` shows what a pass would delete.")
     if status.workers:
         workers = Table(title="Workers")
         for col in ("name", "host", "pid", "state", "tables", "last heartbeat"):
             workers.add_column(col)
         for w in status.workers:
-            workers.add_row(w["name"], w["host"], str(w["pid"]), w["state"], str(w["tables"]),
+            state = f"[red]lost[/] (last said {w['state']})" if w["lost"] else w["state"]
+            workers.add_row(w["name"], w["host"], str(w["pid"]), state, str(w["tables"]),
                             f"{_fmt_duration(w['heartbeat_age'])} ago")
         console.print(workers)
     return 0

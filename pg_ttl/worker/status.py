@@ -1,7 +1,7 @@
 """What ``pg-ttl status`` reports: per table the last run, the next run, the backlog and the lag.
 
 Read-only. The backlog is the planner's estimate of expired rows still present
-(EXPLAIN per unit, no scan), the lag the age of the oldest of them (one index
+(EXPLAIN per unit, no scan; exact only when nothing is expired), the lag the age of the oldest of them (one index
 probe per partition when the TTL column is indexed).
 """
 
@@ -33,11 +33,20 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused,
  WHERE %(table)s::regclass IS NULL OR p.relid = %(table)s::regclass
  ORDER BY p.schema_name, p.relname
 """
+# A worker beats between runs, not during one: a stale heartbeat while its run's session is
+# still connected is a long run, not a lost worker. (backend_start is NULL in pg_stat_activity
+# for other roles' sessions unless the reader may see them; the pid alone then identifies it.)
 WORKERS = """
-SELECT name, host, pid, version, state, tables, started_at, heartbeat_at,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
-  FROM ttl.worker ORDER BY name
+SELECT w.name, w.host, w.pid, w.version, w.state, w.tables, w.started_at, w.heartbeat_at,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age,
+       w.state <> 'stopped' AND w.heartbeat_at < now() - make_interval(secs => %(lost_after)s)
+       AND NOT EXISTS (SELECT 1 FROM ttl.run r JOIN pg_catalog.pg_stat_activity a ON a.pid = r.backend_pid
+                        WHERE r.status = 'running' AND r.worker = w.name
+                          AND (a.backend_start IS NULL OR a.backend_start = r.backend_start)) AS lost
+  FROM ttl.worker w ORDER BY w.name
 """
+# Default for "lost": ten heartbeats at the default heartbeat_interval (30 s).
+LOST_AFTER = 300.0
 
 
 @dataclass
@@ -67,6 +76,9 @@ class TableStatus:
     lag_seconds: float | None
     oldest_expired: datetime | None
     schedule_error: str | None = None
+    # True when backlog is a count (0: the index probe found nothing expired), False when it is
+    # the planner's estimate, which is only as fresh as the table's last ANALYZE.
+    backlog_exact: bool = False
 
 
 @dataclass
@@ -122,15 +134,19 @@ def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
 
 
 def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: datetime | None = None,
-            estimates: bool = True) -> Status:
-    """The status of every TTL table (or one); ``conn`` is autocommit."""
+            estimates: bool = True, lost_after: float = LOST_AFTER) -> Status:
+    """The status of every TTL table (or one); ``conn`` is autocommit.
+
+    A worker is ``lost`` when it has not stopped cleanly, its heartbeat is older than
+    ``lost_after`` seconds and no run of it is in progress.
+    """
     from pg_ttl.expire import oldest_expired, owner
 
     now = now or datetime.now(UTC)
     status = Status()
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(TABLES, {"table": table}).fetchall()
-        status.workers = cur.execute(WORKERS).fetchall()
+        status.workers = cur.execute(WORKERS, {"lost_after": lost_after}).fetchall()
     for r in rows:
         sched = Scheduler(min_interval=timedelta(seconds=float(r["min_interval_s"])))
         entry = Entry(relid=int(r["relid"]), table=r["table_name"], cron=r["job_cron"],
@@ -149,6 +165,7 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         oldest: datetime | None = None
         lag: float | None = None
         backlog: int | None = None
+        exact = False
         if estimates:
             try:
                 oldest = oldest_expired(conn, entry.relid)
@@ -158,11 +175,12 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
             except (psycopg.Error, owner.NotOwner):
                 pass  # the caller may not act as the table's owner: no estimate, none of its code
             # Nothing expired means no backlog, whatever stale planner statistics would say.
-            backlog = 0 if oldest is None and lag is not None else backlog_estimate(conn, entry.relid)
+            exact = oldest is None and lag is not None
+            backlog = 0 if exact else backlog_estimate(conn, entry.relid)
             if backlog is not None and oldest is not None:
                 backlog = max(backlog, 1)
         status.tables.append(TableStatus(
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
             last_run=last, next_run=sched.next_run(entry, now), backlog=backlog, lag_seconds=lag,
-            oldest_expired=oldest, schedule_error=entry.error))
+            oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact))
     return status
