@@ -45,10 +45,6 @@ def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name
     conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
 
 
-def finish_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, status: str, error: str | None) -> None:
-    conn.execute("SELECT ttl._finish_unit(%s, %s, %s, %s)", (run_id, unit_relid, status, error))
-
-
 def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, reason: str) -> None:
     """A unit left without starting it, and why."""
     conn.execute("SELECT ttl._skip_unit(%s, %s, %s, %s)", (run_id, unit_relid, name, reason))
