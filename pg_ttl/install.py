@@ -42,6 +42,10 @@ class SchemaError(RuntimeError):
     """The installed schema cannot be used or changed as asked; the message says what to do."""
 
 
+class NeedsSuperuser(SchemaError):
+    """The command creates or drops event triggers: only a superuser may."""
+
+
 def migrations_dir() -> Path:
     return Path(str(resources.files("pg_ttl.migrations")))
 
@@ -223,6 +227,17 @@ class UpgradePlan:
     removed: list[str]  # objects of older versions to drop
 
 
+def require_superuser(conn: psycopg.Connection[Any], command: str) -> None:
+    """Installing, upgrading and removing the schema create or drop event triggers, which only a
+    superuser may do; every other command works for a table's owner (docs/security.md)."""
+    row = conn.execute("SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").fetchone()
+    if not (row and row[0]):
+        raise NeedsSuperuser(f"permission denied: pg-ttl {command} needs a superuser: it creates or drops "
+                             "pg_ttl's event triggers, which only a superuser may do; connect as one "
+                             "(for example --dsn 'user=postgres ...'). "
+                             "Table owners use every other command with their own role")
+
+
 def upgrade_plan(dsn: str) -> UpgradePlan:
     """What ``upgrade(dsn)`` would do, without changing anything."""
     from alembic.script import ScriptDirectory
@@ -260,6 +275,7 @@ def upgrade(dsn: str, revision: str = "head", lock_timeout_ms: int = 30000, dry_
     from alembic import command
 
     with psycopg.connect(dsn, autocommit=True) as conn:
+        require_superuser(conn, "install" if revision == "head" and installed_revision(conn) is None else "upgrade")
         before = installed_revision(conn)
         if before is not None and before not in package_revisions():
             raise SchemaError(f"the pg_ttl schema in this database is at revision {before}, which this pg-ttl "
@@ -292,6 +308,8 @@ def downgrade(dsn: str, revision: str, lock_timeout_ms: int = 30000) -> str | No
         # still use its tables' row types: that is what uninstall does, properly.
         raise SchemaError(f"cannot downgrade to {revision!r}: the revisions are {', '.join(package_revisions())} "
                           "(to remove pg_ttl entirely, use pg-ttl uninstall)")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        require_superuser(conn, "downgrade")
     with _sqlalchemy_connection(dsn) as sa_conn:
         command.downgrade(_config(sa_conn, lock_timeout_ms=lock_timeout_ms), revision)
         sa_conn.commit()  # type: ignore[attr-defined]
@@ -313,6 +331,7 @@ def uninstall(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         if installed_revision(conn) is None and not _schema_exists(conn):
             return 0
+        require_superuser(conn, "uninstall")
         conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(7438119)")
         relids = [r[0] for r in conn.execute(  # tables with a table TTL and/or column TTLs
             "SELECT relid FROM ttl.policy UNION SELECT relid FROM ttl.column_policy").fetchall()] if _has_policy_table(

@@ -44,4 +44,6 @@ REMOVED: tuple[Removed, ...] = (
     # Column nulling walks block ranges instead of rescanning from the start per batch.
     Removed("0007", "function",
             "ttl.null_expired_values(regclass, regclass, name, integer, timestamp with time zone)"),
+    # The heartbeat also records the tables the worker skips.
+    Removed("0009", "function", "ttl.worker_heartbeat(text, text, integer, text, text, integer)"),
 )

@@ -97,15 +97,15 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION ttl.worker_heartbeat(p_name text, p_host text, p_pid integer, p_version text,
-                                                p_state text, p_tables integer) RETURNS void
+                                                p_state text, p_tables integer, p_skipped jsonb) RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    INSERT INTO ttl.worker AS w (name, host, pid, version, state, tables)
-    VALUES (p_name, p_host, p_pid, p_version, p_state, p_tables)
+    INSERT INTO ttl.worker AS w (name, host, pid, version, state, tables, skipped)
+    VALUES (p_name, p_host, p_pid, p_version, p_state, p_tables, p_skipped)
     ON CONFLICT (name) DO UPDATE
        SET heartbeat_at = pg_catalog.now(), state = excluded.state, tables = excluded.tables,
-           host = excluded.host, pid = excluded.pid, version = excluded.version,
+           host = excluded.host, pid = excluded.pid, version = excluded.version, skipped = excluded.skipped,
            started_at = CASE WHEN w.pid <> excluded.pid THEN pg_catalog.now() ELSE w.started_at END
 $fn$;
 
@@ -113,27 +113,41 @@ $fn$;
 -- column policies (scheduled by the default_job_cron setting) or only an
 -- orphan policy (by its job_cron, else that setting; its parent's runs also
 -- run it, right after theirs).
+-- manual_run_at: when the table's latest run started, if that run succeeded and
+-- no worker ran it (pg-ttl run, the Python API, CALL ttl.run()): the worker and
+-- pg-ttl status take it as the run of the cron tick before it (worker/schedule.py).
 CREATE OR REPLACE VIEW ttl.worker_tables AS
-SELECT p.relid, p.table_name, p.schema_name, p.relname, p.job_cron, p.job_cron_override, p.paused,
-       p.created_at, 'table'::text AS kind
-  FROM ttl.policies p
-UNION ALL
-SELECT cp.relid, cp.relid::regclass::text, n.nspname, c.relname,
-       coalesce((SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
-       false, false, min(cp.created_at), 'columns'::text
-  FROM ttl.column_policy cp
-  JOIN pg_catalog.pg_class c ON c.oid = cp.relid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = cp.relid)
- GROUP BY cp.relid, n.nspname, c.relname
-UNION ALL
-SELECT op.relid, op.relid::regclass::text, n.nspname, c.relname,
-       coalesce(op.job_cron, (SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
-       false, false, op.created_at, 'orphans'::text
-  FROM ttl.orphan_policy op
-  JOIN pg_catalog.pg_class c ON c.oid = op.relid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = op.relid)
-   AND NOT EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = op.relid);
+SELECT t.relid, t.table_name, t.schema_name, t.relname, t.job_cron, t.job_cron_override, t.paused,
+       t.created_at, t.kind,
+       CASE WHEN l.status = 'ok'
+             AND NOT EXISTS (SELECT 1 FROM ttl.worker w WHERE w.name = l.worker)
+             AND NOT EXISTS (SELECT 1 FROM ttl.worker_schedule s WHERE s.relid = t.relid AND s.started_by = l.worker)
+            THEN l.started_at END AS manual_run_at
+  FROM (
+       SELECT p.relid, p.table_name, p.schema_name, p.relname, p.job_cron, p.job_cron_override, p.paused,
+              p.created_at, 'table'::text AS kind
+         FROM ttl.policies p
+       UNION ALL
+       SELECT cp.relid, cp.relid::regclass::text, n.nspname, c.relname,
+              coalesce((SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
+              false, false, min(cp.created_at), 'columns'::text
+         FROM ttl.column_policy cp
+         JOIN pg_catalog.pg_class c ON c.oid = cp.relid
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = cp.relid)
+        GROUP BY cp.relid, n.nspname, c.relname
+       UNION ALL
+       SELECT op.relid, op.relid::regclass::text, n.nspname, c.relname,
+              coalesce(op.job_cron, (SELECT s.value FROM ttl.settings s WHERE s.name = 'default_job_cron'), '@hourly'),
+              false, false, op.created_at, 'orphans'::text
+         FROM ttl.orphan_policy op
+         JOIN pg_catalog.pg_class c ON c.oid = op.relid
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = op.relid)
+          AND NOT EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = op.relid)
+       ) t
+  LEFT JOIN LATERAL (SELECT r.started_at, r.status, r.worker FROM ttl.run r
+                      WHERE r.relid = t.relid AND r.status <> 'busy'
+                      ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1) l ON true;
 
 GRANT SELECT ON ttl.worker_tables TO PUBLIC;

@@ -48,6 +48,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_version)
 
 
+def _exit_code(exc: install.SchemaError) -> int:
+    return 3 if isinstance(exc, install.NeedsSuperuser) else 1  # 3: permission denied, as for the server's
+
+
 def cmd_install(args: argparse.Namespace) -> int:
     if args.print_sql:
         sys.stdout.write(install.install_sql())
@@ -55,7 +59,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     try:
         result = install.upgrade(resolve_dsn(args))
     except install.SchemaError as exc:
-        raise CliError(f"{exc} (nothing was changed)") from exc
+        raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     if result.was_installed:
         console.print(f"pg_ttl is already installed (schema revision {result.before}); "
                       f"now at revision {result.after}, functions refreshed.")
@@ -69,6 +73,11 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         if install.installed_revision(conn) is None:
             raise CliError("pg_ttl is not installed in this database (run: pg-ttl install)")
+        if not args.dry_run:
+            try:
+                install.require_superuser(conn, "upgrade")
+            except install.SchemaError as exc:
+                raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     try:
         plan = install.upgrade_plan(dsn)
     except install.SchemaError as exc:
@@ -86,7 +95,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     try:
         result = install.upgrade(dsn, dry_run=args.dry_run)
     except install.SchemaError as exc:
-        raise CliError(f"{exc} (nothing was changed)") from exc
+        raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     if args.dry_run:
         console.print("Dry run: the upgrade applies cleanly; it was rolled back, nothing changed.")
     elif result.before == result.after:
@@ -105,7 +114,7 @@ def cmd_downgrade(args: argparse.Namespace) -> int:
     try:
         after = install.downgrade(dsn, args.to)
     except install.SchemaError as exc:
-        raise CliError(f"{exc} (nothing was changed)") from exc
+        raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     console.print(f"pg_ttl schema downgraded from revision {before} to {after}. Install the pg-ttl version that "
                   "matches it and run its pg-ttl upgrade to restore its functions and views.", highlight=False)
     return 0
@@ -127,7 +136,10 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             console.print("Aborted; nothing changed.")
             return 1
-    removed = install.uninstall(dsn)
+    try:
+        removed = install.uninstall(dsn)
+    except install.SchemaError as exc:
+        raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     console.print(f"pg_ttl uninstalled from {db!r}: {removed} TTL polic{'y' if removed == 1 else 'ies'} removed, "
                   "user tables untouched.")
     return 0

@@ -141,10 +141,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             table.add_row(
                 t.table, t.job_cron + (" (paused)" if t.paused else ""), state,
                 str(last.rows_deleted) if last else "", _fmt_duration(last.duration) if last else "",
-                f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never"),
+                ("[yellow]skipped[/] by " + ", ".join(w["worker"] for w in t.skipped_by) if t.skipped_by
+                 else f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never")),
                 "" if t.backlog is None else (str(t.backlog) if t.backlog_exact else f"~{t.backlog} (estimate)"),
                 "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds))
         console.print(table)
+        for t in status.tables:
+            for skip in t.skipped_by:
+                console.print(f"{t.table}: worker {skip['worker']} skips it: {skip['reason']}", markup=False,
+                              highlight=False)
         if any(t.backlog is not None and not t.backlog_exact for t in status.tables):
             console.print("backlog ~N: the planner's estimate from the last ANALYZE; "
                           "`pg-ttl plan TABLE` shows what a pass would delete.")

@@ -44,7 +44,12 @@ SELECT pg_catalog.pg_is_in_recovery(),
                    'partitioned', c.relkind = 'p',
                    'running', r.relid IS NOT NULL,
                    'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END,
-                   'interrupted', s.started_at >= p.created_at AND s.finished_at IS NULL))
+                   'interrupted', s.started_at >= p.created_at AND s.finished_at IS NULL,
+                   'manual_run_at', p.manual_run_at,
+                   -- the engine acts as the table's owner (SET ROLE): only a member of it can
+                   'refused_by', CASE WHEN NOT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER')
+                                      THEN json_build_object('owner', c.relowner::regrole::text,
+                                                             'role', current_user) END))
                   FROM ttl.worker_tables p
                   JOIN pg_catalog.pg_class c ON c.oid = p.relid
                   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
@@ -128,9 +133,10 @@ class Rounds:
         entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
                          cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
                          partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
-                         interrupted=bool(p["interrupted"]),
-                         last_due=_parse_ts(p["due"])) for p in policies]
+                         interrupted=bool(p["interrupted"]), manual_run_at=_parse_ts(p["manual_run_at"]),
+                         refused=self._refusal(p), last_due=_parse_ts(p["due"])) for p in policies]
         added, removed = self.scheduler.sync(entries)
+        self._report_refusals()
         for e in added:
             if e.error:
                 loop.log(logging.ERROR, "policy skipped: cron not understood", table=e.table, error=e.error)
@@ -149,6 +155,26 @@ class Rounds:
             nxt = self.scheduler.next_run(e, now)
             if nxt is not None:
                 m.next_run.labels(loop.db.name, e.table).set(nxt.timestamp())
+
+    def _refusal(self, policy: dict[str, Any]) -> str | None:
+        if policy["refused_by"] is None:
+            return None
+        owner, role = policy["refused_by"]["owner"], policy["refused_by"]["role"]
+        return (f"role {role} is not a member of {owner}, the owner of table {policy['table']}: "
+                f"GRANT {owner} TO {role}; see docs/worker.md")
+
+    def _report_refusals(self) -> None:
+        """One log line when a table becomes one this worker cannot act on (and when that ends), not one per
+        poll; the list goes into the worker's heartbeat row for pg-ttl status."""
+        loop = self.loop
+        now = {e.table: e.refused for e in self.scheduler.entries.values() if e.refused}
+        for table, reason in sorted(now.items()):
+            if loop.skipped.get(table) != reason:
+                loop.log(logging.WARNING, "table skipped", table=table, reason=reason)
+        for table in sorted(set(loop.skipped) - set(now)):
+            if any(e.table == table for e in self.scheduler.entries.values()):
+                loop.log(logging.INFO, "table no longer skipped", table=table)
+        loop.skipped = now
 
     # -- one run --------------------------------------------------------------------
     def run_table(self, conn: Conn, entry: Entry, tick: datetime) -> None:

@@ -10,6 +10,11 @@ first tick at or after ``last tick + min_job_interval``.
 
 A run still going (here or on another worker) is not started again: that
 tick is skipped, as CockroachDB skips overlapping runs.
+
+A run nobody's worker made (``pg-ttl run``, the Python API, ``CALL
+ttl.run()``) that succeeded counts as the run of the latest tick at or before
+its start: the worker does not repeat it, and ``pg-ttl status`` says when the
+next one is.
 """
 
 from __future__ import annotations
@@ -92,8 +97,11 @@ class Entry:
     interrupted: bool = False            # the latest round never finished (resumed when nobody is at it)
     running: bool = False
     error: str | None = None             # cron croniter cannot read: never due, reported
+    manual_run_at: datetime | None = None  # start of the latest run, if no worker made it and it succeeded
+    refused: str | None = None           # why this worker cannot act on the table (never due here), or None
     lag_checked: float = 0.0             # monotonic time of the last lag measurement
     _cache: tuple[object, datetime | None] | None = field(default=None, repr=False, compare=False)
+    _manual: tuple[object, datetime] | None = field(default=None, repr=False, compare=False)
 
     def next_due(self, min_interval: timedelta) -> datetime | None:
         """Cached ``next_due``: croniter is slow enough to matter with thousands of idle tables."""
@@ -103,12 +111,19 @@ class Entry:
         return self._cache[1]
 
     @property
+    def manual_due(self) -> datetime | None:
+        """The tick a manual run covers (see the module's docstring); cached per run."""
+        if self.manual_run_at is None or self.error:
+            return None
+        key = (self.cron, self.manual_run_at)
+        if self._manual is None or self._manual[0] != key:
+            self._manual = (key, latest_tick(self.cron, self.manual_run_at))
+        return self._manual[1]
+
+    @property
     def effective_last(self) -> datetime | None:
-        if self.last_due is None:
-            return self.skipped_due
-        if self.skipped_due is None:
-            return self.last_due
-        return max(self.last_due, self.skipped_due)
+        known = [t for t in (self.last_due, self.skipped_due, self.manual_due) if t is not None]
+        return max(known) if known else None
 
 
 @dataclass
@@ -131,7 +146,7 @@ class Scheduler:
             old.table, old.qualified, old.cron = row.table, row.qualified, row.cron
             old.override, old.paused, old.error = row.override, row.paused, row.error
             old.partitioned, old.running_elsewhere = row.partitioned, row.running_elsewhere
-            old.interrupted = row.interrupted
+            old.interrupted, old.manual_run_at, old.refused = row.interrupted, row.manual_run_at, row.refused
             # Another worker may have run it meanwhile: the catalog's tick only moves forward.
             if row.last_due is not None and (old.last_due is None or row.last_due > old.last_due):
                 old.last_due = row.last_due
@@ -154,7 +169,7 @@ class Scheduler:
         """Tables due now with the tick each run is for, oldest tick first."""
         out = []
         for e in self.entries.values():
-            if e.running or e.error:
+            if e.running or e.error or e.refused:
                 continue
             nd = e.next_due(self.min_interval)
             if nd is None or nd <= now:
@@ -166,8 +181,8 @@ class Scheduler:
         return out
 
     def next_run(self, e: Entry, now: datetime) -> datetime | None:
-        """When ``e`` runs next (now if it is due); None if never (bad cron)."""
-        if e.error:
+        """When ``e`` runs next (now if it is due); None if never (bad cron, or refused here)."""
+        if e.error or e.refused:
             return None
         nd = e.next_due(self.min_interval)
         return now if nd is None or nd <= now or self.joinable(e) else nd

@@ -51,6 +51,7 @@ class LoopState:
     last_activity: float = field(default_factory=time.monotonic)
     next_wake_at: datetime | None = None
     failed_runs: int = 0  # runs that failed (the loop went on to the next table)
+    skipped: dict[str, str] = field(default_factory=dict)  # tables this worker cannot act on -> why
 
     def stop_requested(self) -> bool:
         return self.shared.stop.is_set() or self.retire.is_set()

@@ -1,8 +1,9 @@
 """What ``pg-ttl status`` reports: per table the last run, the next run, the backlog and the lag.
 
-Read-only. The backlog is the planner's estimate of expired rows still present
-(EXPLAIN per unit, no scan; exact only when nothing is expired), the lag the age of the oldest of them (one index
-probe per partition when the TTL column is indexed).
+Read-only. The backlog is the number of expired rows still present: counted when an index finds
+them and there are at most EXACT_COUNT_LIMIT per unit, else the planner's estimate (EXPLAIN, no
+scan); the lag the age of the oldest of them (one index probe per partition when the TTL column
+is indexed).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from psycopg.rows import dict_row
 from pg_ttl.worker.schedule import Entry, Scheduler, cron_error
 
 TABLES = """
-SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused,
+SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused, p.manual_run_at,
        CASE WHEN s.started_at >= p.created_at THEN s.due_at END AS due_at,
+       -- workers that cannot act on the table (their heartbeat row says why)
+       (SELECT json_agg(json_build_object('worker', w.name, 'reason', w.skipped ->> p.table_name) ORDER BY w.name)
+          FROM ttl.worker w WHERE w.skipped ? p.table_name) AS skipped_by,
        ttl.worker_running(p.relid) AS running_workers,
        r.run_id, r.status, r.worker, r.started_at, r.finished_at, r.rows_selected, r.rows_deleted,
        r.partitions_dropped, r.partitions_detached, r.error,
@@ -79,6 +83,8 @@ class TableStatus:
     # True when backlog is a count (0: the index probe found nothing expired), False when it is
     # the planner's estimate, which is only as fresh as the table's last ANALYZE.
     backlog_exact: bool = False
+    # Workers that skip this table because their role cannot act as its owner: [{worker, reason}].
+    skipped_by: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -99,8 +105,22 @@ class Status:
         return {"tables": [plain(asdict(t)) for t in self.tables], "workers": [plain(w) for w in self.workers]}
 
 
-def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
-    """Expired rows still present, as the planner estimates them (None when it cannot say)."""
+# Up to this many expired rows per unit are counted exactly when an index finds them (the count
+# then reads at most this many index entries); beyond it, or without such an index, the planner's
+# estimate is shown.
+EXACT_COUNT_LIMIT = 10_000
+_INDEX_SCANS = {"Index Scan", "Index Only Scan", "Bitmap Index Scan"}
+
+
+def _uses_index(plan: dict[str, Any]) -> bool:
+    return plan.get("Node Type") in _INDEX_SCANS or any(_uses_index(p) for p in plan.get("Plans", []))
+
+
+def backlog(conn: psycopg.Connection[Any], relid: int) -> tuple[int, bool] | None:
+    """Expired rows still present, and whether that is a count (True) or the planner's estimate
+    (False); None when it cannot say. A unit is counted when an index finds its expired rows and
+    the planner expects at most EXACT_COUNT_LIMIT of them; the count stops there, so a stale
+    estimate never turns it into a long scan."""
     from pg_ttl.expire import owner
     from pg_ttl.expire.predicate import build_predicate, load_policies
     from pg_ttl.expire.units import list_units
@@ -117,18 +137,32 @@ def backlog_estimate(conn: psycopg.Connection[Any], relid: int) -> int | None:
             # Planning folds immutable functions of constants: the owner's expression is planned as the owner.
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
-            total = 0
+            total, exact = 0, True
             for unit in list_units(conn, policy, pred):
-                if unit.action != "delete":
+                if unit.action != "delete":  # a whole partition: its row count, as the statistics say
                     found = conn.execute("SELECT greatest(reltuples, 0)::int8 FROM pg_catalog.pg_class WHERE oid = %s",
                                          (unit.relid,)).fetchone()
                     total += int(found[0]) if found else 0
+                    exact = False
                     continue
-                plan = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM ONLY {} WHERE {}").format(
-                    unit.ident, pred.expired)).fetchone()
-                if plan:
-                    total += int(plan[0][0]["Plan"]["Plan Rows"])
-            return total
+                select = sql.SQL("SELECT 1 FROM ONLY {} WHERE {}").format(unit.ident, pred.expired)
+                found = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(select)).fetchone()
+                if not found:
+                    exact = False
+                    continue
+                plan = found[0][0]["Plan"]
+                estimate = int(plan["Plan Rows"])
+                if estimate <= EXACT_COUNT_LIMIT and _uses_index(plan):
+                    counted = conn.execute(sql.SQL("SELECT count(*) FROM ({} LIMIT %s) s").format(select),
+                                           (EXACT_COUNT_LIMIT + 1,)).fetchone()
+                    assert counted is not None
+                    if int(counted[0]) <= EXACT_COUNT_LIMIT:
+                        total += int(counted[0])
+                        continue
+                    estimate = max(estimate, int(counted[0]))
+                total += estimate
+                exact = False
+            return total, exact
     except (psycopg.Error, owner.NotOwner):
         return None
 
@@ -151,7 +185,7 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         sched = Scheduler(min_interval=timedelta(seconds=float(r["min_interval_s"])))
         entry = Entry(relid=int(r["relid"]), table=r["table_name"], cron=r["job_cron"],
                       override=bool(r["job_cron_override"]), paused=bool(r["paused"]), last_due=r["due_at"],
-                      error=cron_error(r["job_cron"]))
+                      manual_run_at=r["manual_run_at"], error=cron_error(r["job_cron"]))
         last = None
         if r["run_id"] is not None:
             finished = r["finished_at"]
@@ -164,7 +198,7 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
                 error=r["error"])
         oldest: datetime | None = None
         lag: float | None = None
-        backlog: int | None = None
+        backlog_rows: int | None = None
         exact = False
         if estimates:
             try:
@@ -176,11 +210,14 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
                 pass  # the caller may not act as the table's owner: no estimate, none of its code
             # Nothing expired means no backlog, whatever stale planner statistics would say.
             exact = oldest is None and lag is not None
-            backlog = 0 if exact else backlog_estimate(conn, entry.relid)
-            if backlog is not None and oldest is not None:
-                backlog = max(backlog, 1)
+            if not exact and (found := backlog(conn, entry.relid)) is not None:
+                count, exact = found
+                # oldest_expired found one: an estimate of 0 is wrong, a count of 0 a race
+                backlog_rows = max(count, 1) if oldest is not None else count
+            else:
+                backlog_rows = 0 if exact else None
         status.tables.append(TableStatus(
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
-            last_run=last, next_run=sched.next_run(entry, now), backlog=backlog, lag_seconds=lag,
-            oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact))
+            last_run=last, next_run=sched.next_run(entry, now), backlog=backlog_rows, lag_seconds=lag,
+            oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or []))
     return status
