@@ -50,9 +50,11 @@ CREATE OR REPLACE FUNCTION ttl._option_key(option text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT CASE WHEN lower(btrim(option)) LIKE 'ttl\_%'
-                THEN substr(lower(btrim(option)), 5)
-                ELSE lower(btrim(option)) END
+    -- "column_name" is ttl.enable's parameter for "column" (a reserved word in SQL): accepted as the same option.
+    SELECT CASE k WHEN 'column_name' THEN 'column' ELSE k END
+      FROM (SELECT CASE WHEN lower(btrim(option)) LIKE 'ttl\_%'
+                        THEN substr(lower(btrim(option)), 5)
+                        ELSE lower(btrim(option)) END) AS o(k)
 $fn$;
 
 -- How errors quote an option: the DDL spelling, e.g. "ttl_expire_after".
@@ -181,4 +183,14 @@ AS $fn$
     SELECT jsonb_populate_record(p, coalesce(jsonb_object_agg(o.policy_column, o.default_value), '{}'))
       FROM ttl.options o
      WHERE o.default_value IS NOT NULL AND to_jsonb(p) -> o.policy_column = 'null'::jsonb
+$fn$;
+
+-- The SQL API's functions raise one error without the CONTEXT lines of the
+-- functions they call (psql prints them all); SET pg_ttl.verbose_errors = on
+-- keeps them, for debugging.
+CREATE OR REPLACE FUNCTION ttl._verbose_errors() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(current_setting('pg_ttl.verbose_errors', true), '') IN ('on', 'true', '1', 'yes')
 $fn$;

@@ -66,6 +66,8 @@ CREATE OR REPLACE FUNCTION ttl.enable(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
 BEGIN
     PERFORM ttl._check_table(tbl);
     IF EXISTS (SELECT 1 FROM ttl.policy WHERE relid = tbl) THEN
@@ -79,6 +81,15 @@ BEGIN
         'delete_batch_size', delete_batch_size, 'select_rate_limit', select_rate_limit,
         'delete_rate_limit', delete_rate_limit, 'pause', pause, 'partition_action', partition_action,
         'detach_schema', detach_schema, 'job_cron_override', job_cron_override)));
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -92,6 +103,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     p ttl.policy;
     is_new boolean;
     kv record;
@@ -137,6 +149,15 @@ BEGIN
     IF tiers IS NOT NULL THEN
         PERFORM ttl.set_tiers(tbl, ttl._tiers_json(tiers));
     END IF;
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -144,10 +165,21 @@ CREATE OR REPLACE FUNCTION ttl.set_option(tbl regclass, option text, value text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
 BEGIN
     PERFORM ttl._check_table(tbl);
     PERFORM ttl._get_policy(tbl);
     PERFORM ttl.set_options(tbl, jsonb_build_object(option, value));
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -157,6 +189,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     p ttl.policy;
     opt text;
 BEGIN
@@ -193,6 +226,15 @@ BEGIN
         p := ttl._reset_option(p, opt);
     END LOOP;
     PERFORM ttl._save_policy(p, false);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -209,6 +251,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     p ttl.policy;
     c ttl.column_policy;
     found_any boolean := false;
@@ -227,6 +270,15 @@ BEGIN
     found_any := found_any OR FOUND;
     IF NOT found_any THEN
         RAISE EXCEPTION 'table % has no TTL', tbl USING ERRCODE = 'undefined_object';
+    END IF;
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
     END IF;
 END
 $fn$;
@@ -250,8 +302,19 @@ CREATE OR REPLACE FUNCTION ttl.enable_column(tbl regclass, column_name name, exp
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
 BEGIN
     PERFORM ttl._set_column_policy(tbl, column_name, expire_after, NULL);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -260,6 +323,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     c ttl.column_policy;
 BEGIN
     PERFORM ttl._check_table(tbl);
@@ -268,6 +332,15 @@ BEGIN
         RAISE EXCEPTION 'column "%" of table % has no TTL', column_name, tbl USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM ttl._apply_column_change(c, NULL);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 

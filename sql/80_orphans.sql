@@ -157,6 +157,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     o ttl.orphan_policy;
 BEGIN
     PERFORM ttl._check_table(tbl);
@@ -189,6 +190,15 @@ BEGIN
             EXCLUDED.age_attnum, EXCLUDED.age_unit, EXCLUDED.job_cron, EXCLUDED.range_bytes,
             EXCLUDED.delete_batch_size);
     PERFORM pg_notify('pg_ttl', tbl::text);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -196,6 +206,8 @@ CREATE OR REPLACE FUNCTION ttl.disable_orphans(tbl regclass) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
 BEGIN
     PERFORM ttl._check_table(tbl);
     DELETE FROM ttl.orphan_policy WHERE relid = tbl;
@@ -203,6 +215,15 @@ BEGIN
         RAISE EXCEPTION 'table % has no orphan policy', tbl USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM pg_notify('pg_ttl', tbl::text);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -312,6 +333,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     cur ttl.orphan_policy;
     kv record;
     v text;
@@ -382,5 +404,14 @@ BEGIN
     PERFORM ttl.enable_orphans(tbl, key_cols, parent_text::regclass, coalesce(parent_cols, key_cols),
                                coalesce(min_age, interval '1 hour'), age_column, age_unit, job_cron,
                                range_bytes, dbs);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;

@@ -21,6 +21,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     scheme text := lower(substring(url FROM '^([A-Za-z][A-Za-z0-9+.-]*)://'));
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z_][A-Za-z0-9_-]{0,62}$' THEN
@@ -51,6 +52,15 @@ BEGIN
         RAISE EXCEPTION 'storage "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
     INSERT INTO ttl.storage (name, url) VALUES (name, url);
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -59,6 +69,8 @@ CREATE OR REPLACE FUNCTION ttl.drop_storage(name text) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM ttl.storage s WHERE s.name = drop_storage.name) THEN
         RAISE EXCEPTION 'storage "%" does not exist', name USING ERRCODE = 'undefined_object';
@@ -73,6 +85,15 @@ BEGIN
             USING ERRCODE = 'dependent_objects_still_exist';
     END IF;
     DELETE FROM ttl.storage s WHERE s.name = drop_storage.name;
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 
@@ -86,6 +107,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     p ttl.policy;
     t jsonb;
     i integer := 0;
@@ -145,6 +167,15 @@ BEGIN
         PERFORM ttl.set_option(tbl, 'expire_after', final::text);
     END IF;
     PERFORM ttl._check_tiers(tbl, coalesce(final, p.expire_after));
+EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
+    GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                            e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+    IF ttl._verbose_errors() THEN RAISE; END IF;
+    IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, HINT = e_hint;
+    ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+    ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail, HINT = e_hint;
+    END IF;
 END
 $fn$;
 

@@ -132,8 +132,13 @@ def test_run_and_plan_output(db: psycopg.Connection[Any], dsn: str, cli: Any) ->
     res = cli("run", "--once", "ev", "--dsn", dsn)
     assert res.returncode == 0, res.stderr
     assert "expiration run" in res.stdout and "500" in res.stdout and "ok" in res.stdout
+    assert "500/500 rows" in res.stdout, res.stdout
     assert db.execute("SELECT count(*) FROM ev").fetchone() == (500,)
     db.commit()
+    # Nothing left to delete: the bar says 0 rows, not a full bar of one.
+    res = cli("run", "ev", "--dsn", dsn)
+    assert res.returncode == 0, res.stderr
+    assert "0/0 rows" in res.stdout and "1/1 rows" not in res.stdout, res.stdout
     res = cli("run", "nope", "--dsn", dsn)
     assert res.returncode == 1 and res.stderr.strip() == 'pg-ttl: table "nope" does not exist'
     res = cli("plan", "--json", "--dsn", dsn)

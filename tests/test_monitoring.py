@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,13 @@ def test_rules_and_dashboard_use_only_metrics_a_real_worker_exposes(dsn: str, co
     try:
         port = w.metrics_port
         w.wait_for("run finished", table="ev")
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        # The lag is measured after the run, in the worker's next loop: wait for it (bounded).
+        deadline = time.monotonic() + 20
+        while True:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if "pg_ttl_expiration_lag_seconds{database=" in body or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         w.stop()
         w.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pg-ttl {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="on an error, also print PostgreSQL's CONTEXT (which of pg_ttl's functions raised it; "
+                        "sets pg_ttl.verbose_errors for the session) and, for an unexpected error, the traceback")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         import_module(name).register(sub)
@@ -57,10 +61,18 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, psycopg.Error):
         diag = exc.diag
         msg = diag.message_primary or str(exc).strip().splitlines()[0]
+        if diag.message_detail:
+            msg += f" ({diag.message_detail.strip()})"
         if diag.message_hint:
             msg += f" (hint: {diag.message_hint})"
         return msg
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _context(exc: BaseException) -> None:
+    """With --verbose: where in pg_ttl's functions the server raised the error."""
+    if isinstance(exc, psycopg.Error) and exc.diag.context:
+        console_err.print("CONTEXT: " + exc.diag.context.strip(), markup=False, highlight=False)
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -73,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int | None] = args.func
+    if args.verbose:  # every connection of this process; libpq reads PGOPTIONS
+        os.environ["PGOPTIONS"] = (os.environ.get("PGOPTIONS", "") + " -c pg_ttl.verbose_errors=on").strip()
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:
@@ -83,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code if isinstance(exc, CliError) else 1
     except Exception as exc:
         err = _unwrap(exc)
+        if args.verbose:
+            _context(err)
         if isinstance(err, psycopg.OperationalError) and not isinstance(err, psycopg.errors.QueryCanceled):
             console_err.print(f"pg-ttl: cannot connect to PostgreSQL: {_one_line(err)}", markup=False,
                               highlight=False)
@@ -98,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(err, psycopg.Error):
             console_err.print(f"pg-ttl: {_one_line(err)}", markup=False, highlight=False)
             return 1
-        raise
+        raise  # a bug: the traceback says where
 
 
 if __name__ == "__main__":

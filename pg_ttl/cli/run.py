@@ -80,7 +80,8 @@ class BarProgress:
         if result.status == "ok":
             done = self.progress.tasks[task].completed
             rows = result.action in ("delete", "orphans", "queue", "archive")
-            self.progress.update(task, total=max(done, 1) if rows else 1, completed=max(done, 1) if rows else 1)
+            # Rows: the bar ends at what was done ("0/0 rows" when nothing was due); a partition: 1/1.
+            self.progress.update(task, total=done if rows else 1, completed=done if rows else 1)
         else:
             self.progress.update(task, description=self.progress.tasks[task].description + f" [{result.status}]")
 

@@ -86,6 +86,10 @@ class OptionError(ValueError):
         self.hint = hint
 
 
+# ttl.enable's parameter for "column" (a reserved word in SQL), accepted as the same option.
+ALIASES = {"column_name": "column"}
+
+
 def label(key: str) -> str:
     """How messages quote an option: its DDL spelling."""
     return f'"{PREFIX}{key}"'
@@ -101,6 +105,7 @@ def key_of(defname: str) -> str:
     """``ttl_expire_after`` -> ``expire_after``; refuses names that are not options."""
     name = defname.lower()
     key = name[len(PREFIX):]
+    key = ALIASES.get(key, key)
     if key not in OPTIONS and key not in ORPHAN_OPTIONS and key not in TIER_OPTIONS:
         raise OptionError(
             f"unknown TTL option \"{name}\"",
