@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 SCHEMA = "ttl"
 VERSION_TABLE = "alembic_version"
-EVENT_TRIGGERS = ("pg_ttl_sql_drop", "pg_ttl_ddl_end")
+EVENT_TRIGGERS = ("pg_ttl_sql_drop", "pg_ttl_ddl_end", "pg_ttl_create_table")
 
 
 class SchemaError(RuntimeError):

@@ -39,9 +39,13 @@ SELECT o.position, o.name, o.policy_column, o.kind, o.default_value, o.descripti
     (14, 'strict', 'strict_visibility', 'bool', 'false',
      'Hide expired rows from queries before they are deleted (row security).'),
     (15, 'value_ttl_overrides_table_ttl', 'value_ttl_overrides_table_ttl', 'bool', 'false',
-     'A row''s own TTL replaces the table TTL even when shorter.'),
+     'Per-row TTL: a row''s own TTL (USING TTL) replaces the table TTL even when shorter; a range partition is dropped once everything written to it expired, without also waiting the table TTL after its latest write.'),
     (16, 'queue_shards', 'queue_shards', 'shards', '0',
-     'Keep each row''s expiry in this many side tables (an expiration queue): a pass reads only what expired, with no index on the table (0: no queue).')
+     'Keep each row''s expiry in this many side tables (an expiration queue): a pass reads only what expired, with no index on the table (0: no queue).'),
+    (17, 'value_ttls', 'value_ttls', 'bool', 'false',
+     'CQL-style per-row TTL: every value outside the primary key has its own TTL (USING TTL of the write that set it, else "ttl_expire_after", 0 = never); UPDATE never moves the row''s TTL; a row goes once it and all its values expired.'),
+    (18, 'ignore_value_ttl', 'ignore_value_ttl', 'bool', 'false',
+     'Per-row TTL: drop a range partition once "ttl_expire_after" has passed since its latest write, even if rows or values in it were written with a longer TTL (they are lost).')
   ) AS o(position, name, policy_column, kind, default_value, description);
 
 GRANT SELECT ON ttl.options TO PUBLIC;

@@ -226,11 +226,34 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Zero (YDB's PT0S): a row expires at its column's own time (an expire_at column).
-    IF NEW.expire_after = interval '0' AND NEW.ttl_attnum IS NULL THEN
+    IF NEW.expire_after = interval '0' AND NEW.ttl_attnum IS NULL AND NOT NEW.value_ttls THEN
         RAISE EXCEPTION 'table %: value of "ttl_expire_after" must be greater than zero without "ttl_column", got %',
             tbl, NEW.expire_after
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Zero means "expire at the column''s own time": it needs "ttl_column".';
+                  HINT = 'Zero means "expire at the column''s own time": it needs "ttl_column" (or, for a CQL-style table with "ttl_value_ttls", "no default TTL").';
+    END IF;
+    IF NEW.value_ttls AND NEW.row_expiry_attnum IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_value_ttls" needs a per-row TTL: "ttl_expire_after" without "ttl_column" or "ttl_expiration_expression"', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Reset the column or expression first; "ttl_expire_after" is then the default TTL of writes without USING TTL (0: none).';
+    END IF;
+    IF NEW.ignore_value_ttl AND NEW.row_expiry_attnum IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_ignore_value_ttl" applies to per-row TTL tables only ("ttl_expire_after" without "ttl_column")', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A table whose TTL counts from a column of its own drops a partition by that column''s bound.';
+    END IF;
+    -- Where they would do nothing, they are refused rather than stored without effect.
+    IF NEW.ignore_value_ttl AND (SELECT relkind FROM pg_class WHERE oid = NEW.relid) <> 'p' THEN
+        RAISE EXCEPTION 'table %: "ttl_ignore_value_ttl" decides when a partition is dropped, and % is not partitioned', tbl, tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.value_ttl_overrides_table_ttl AND NEW.value_ttls AND (SELECT relkind FROM pg_class WHERE oid = NEW.relid) <> 'p' THEN
+        RAISE EXCEPTION 'table %: in a CQL-style table a write''s own TTL always replaces the default; "ttl_value_ttl_overrides_table_ttl" only decides when a partition is dropped, and % is not partitioned', tbl, tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.ignore_value_ttl AND NEW.value_ttl_overrides_table_ttl THEN
+        RAISE EXCEPTION 'table %: set "ttl_ignore_value_ttl" (partitions expire by the table TTL alone) or "ttl_value_ttl_overrides_table_ttl" (by the rows'' own TTLs alone), not both', tbl
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NEW.expire_after IS NOT NULL THEN
         -- Every run computes now() - expire_after: it must stay a representable time.
@@ -348,6 +371,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT * INTO p FROM ttl.policy WHERE relid = NEW.relid;
+    IF p.value_ttls THEN
+        RAISE EXCEPTION 'table % is CQL-style ("ttl_value_ttls"): every value has its own TTL already', tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Write the value with its TTL (UPDATE ... USING TTL n SET column = ...).';
+    END IF;
     IF NEW.relative_to = 'row' AND (p.relid IS NULL OR ttl._base_sql(p) IS NULL) THEN
         RAISE EXCEPTION 'column TTL of table %: relative_to = row needs a table TTL with "ttl_column" or per-row TTL', tbl
             USING ERRCODE = 'invalid_parameter_value',

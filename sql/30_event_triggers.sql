@@ -36,6 +36,17 @@ BEGIN
                   HINT = format('Disable it first: SELECT ttl.disable_orphans(%L);', d.relid::regclass::text);
     END LOOP;
 
+    -- A value column dropped from a CQL-style table: its entries in ttl_values
+    -- must go (they would keep their rows alive). Not here, as this function's
+    -- owner: ALTER TABLE's event trigger removes them as whoever dropped it.
+    IF EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() o JOIN ttl.policy p ON p.relid = o.objid
+                WHERE o.object_type = 'table column' AND p.value_ttls) THEN
+        PERFORM set_config('pg_ttl.dropped_values',
+                           coalesce(current_setting('pg_ttl.dropped_values', true), '')
+                           || (SELECT string_agg(format('%s:%s;', o.objid, o.objsubid), '')
+                                 FROM pg_event_trigger_dropped_objects() o JOIN ttl.policy p ON p.relid = o.objid
+                                WHERE o.object_type = 'table column' AND p.value_ttls), true);
+    END IF;
     -- Runs cut short by the drop: nobody can finish them any more (their
     -- table's owner is gone from the catalog), so they are closed here.
     UPDATE ttl.run_unit SET status = 'skipped', error = 'the partition was dropped during the run',
@@ -55,6 +66,8 @@ BEGIN
         PERFORM ttl._queue_drop(d.relid);
     END LOOP;
     DELETE FROM ttl.tier
+     WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
+    DELETE FROM ttl.partition_expiry
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     DELETE FROM ttl.policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
@@ -124,6 +137,41 @@ BEGIN
                   HINT = format('Disable its TTL first: SELECT ttl.disable_column(%L, %L);',
                                 c.relid::regclass::text, c.attname);
     END LOOP;
+    -- A partition detached from a partitioned per-row TTL table: its record goes.
+    IF EXISTS (SELECT 1 FROM ttl.partition_expiry LIMIT 1)
+       AND EXISTS (SELECT 1 FROM ttl.policy pol
+                    WHERE pol.row_expiry_attnum IS NOT NULL
+                      AND pol.relid IN (SELECT objid FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'ALTER TABLE')) THEN
+        PERFORM ttl._forget_detached();
+    END IF;
+    -- Value columns dropped from CQL-style tables (noted by the sql_drop trigger).
+    FOR p IN
+        SELECT split_part(e, ':', 1)::oid AS relid, array_agg(split_part(e, ':', 2)) AS keys
+          FROM unnest(string_to_array(nullif(current_setting('pg_ttl.dropped_values', true), ''), ';')) AS e
+         WHERE e <> '' GROUP BY 1
+    LOOP
+        PERFORM ttl._forget_values(p.relid, p.keys);
+    END LOOP;
+    PERFORM set_config('pg_ttl.dropped_values', '', true);
+    -- A column added to (or dropped from) a CQL-style table: its value triggers follow.
+    FOR p IN
+        SELECT pol.* FROM ttl.policy pol
+         WHERE pol.value_ttls
+           AND pol.relid IN (SELECT objid FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'ALTER TABLE')
+           AND ttl._value_triggers_stale(pol.relid)
+    LOOP
+        PERFORM ttl._check_value_columns(x) FROM ttl.policy x WHERE x.relid = p.relid;
+        PERFORM ttl._value_triggers_sync(p.relid);
+    END LOOP;
+    -- Strict visibility's view shows the table's columns as they are now.
+    FOR p IN
+        SELECT pol.relid FROM ttl.policy pol
+         WHERE pol.strict_visibility
+           AND pol.relid IN (SELECT objid FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'ALTER TABLE')
+           AND ttl._live_view_stale(pol.relid)
+    LOOP
+        PERFORM ttl._strict_view_sync(p.relid);
+    END LOOP;
 END
 $fn$;
 
@@ -135,3 +183,30 @@ DROP EVENT TRIGGER IF EXISTS pg_ttl_ddl_end;
 CREATE EVENT TRIGGER pg_ttl_ddl_end ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE')
     EXECUTE FUNCTION ttl._on_ddl_end();
+
+-- A partition created empty under a partitioned per-row TTL table: its record
+-- of latest write and expiry starts complete (sql/73_value_ttls.sql), so the
+-- engine never needs to scan it.
+CREATE OR REPLACE FUNCTION ttl._on_create_table() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    part oid;
+BEGIN
+    FOR part IN
+        SELECT c.objid FROM pg_event_trigger_ddl_commands() c
+          JOIN pg_class r ON r.oid = c.objid AND r.relkind = 'r' AND r.relispartition
+         WHERE c.command_tag = 'CREATE TABLE' AND c.object_type = 'table'
+           AND EXISTS (SELECT 1 FROM pg_partition_ancestors(c.objid) a
+                         JOIN ttl.policy p ON p.relid = a.relid AND p.row_expiry_attnum IS NOT NULL)
+    LOOP
+        PERFORM ttl._note_partition(part, '-infinity', '-infinity', true);
+    END LOOP;
+END
+$fn$;
+
+DROP EVENT TRIGGER IF EXISTS pg_ttl_create_table;
+CREATE EVENT TRIGGER pg_ttl_create_table ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE')
+    EXECUTE FUNCTION ttl._on_create_table();

@@ -60,6 +60,45 @@ AS $fn$
     SELECT ttl.using_ttl(ttl, true)
 $fn$;
 
+-- CQL's USING TTL for one statement on `tbl` (what TTL DDL's rewrite calls):
+-- refused, naming the table or column, where nothing would keep the TTL
+-- (never silently ignored, never widened to more than the write). `columns`:
+-- the columns an UPDATE sets; NULL for an INSERT.
+CREATE OR REPLACE FUNCTION ttl.using_ttl(ttl interval, tbl regclass, columns name[] DEFAULT NULL) RETURNS interval
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    c name;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    -- Per-row TTL: the row's TTL (CQL-style: the marker and the values written).
+    IF p.row_expiry_attnum IS NOT NULL THEN
+        RETURN ttl.using_ttl(ttl, true);
+    END IF;
+    IF columns IS NULL THEN
+        RAISE EXCEPTION 'USING TTL cannot apply to table %: %', tbl,
+            CASE WHEN p.relid IS NULL THEN 'it keeps no TTL per row'
+                 WHEN p.ttl_attnum IS NOT NULL THEN format('its rows expire by their column %I, not by a TTL per write',
+                                                           ttl._attname(p.relid, p.ttl_attnum))
+                 ELSE 'its rows expire by "ttl_expiration_expression", not by a TTL per write' END
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = format('Make it CQL-style (ALTER TABLE %s SET (default_time_to_live = <seconds, 0: none>)) or give it a per-row TTL ("ttl_expire_after" without "ttl_column").', tbl);
+    END IF;
+    FOREACH c IN ARRAY columns LOOP
+        IF NOT EXISTS (SELECT 1 FROM ttl.column_policy cp
+                        WHERE cp.relid = tbl AND cp.relative_to = 'write' AND cp.attnum = ttl._attnum(tbl, c, 'column')) THEN
+            RAISE EXCEPTION 'USING TTL cannot apply to column "%" of table %: its values keep no TTL per write', c, tbl
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = format('Make the table CQL-style (ALTER TABLE %s SET (default_time_to_live = <seconds>)), or give the column a TTL counted from writes (ALTER TABLE %s ALTER COLUMN %I SET (ttl_expire_after = ''...'', ttl_relative_to = write)).',
+                                    tbl, tbl, c);
+        END IF;
+    END LOOP;
+    RETURN ttl.using_ttl(ttl, true);
+END
+$fn$;
+
 -- Expiry of a value written now, with table/column TTL `default_ttl`.
 CREATE OR REPLACE FUNCTION ttl.row_expires_at(default_ttl interval, override_wins boolean DEFAULT false)
 RETURNS timestamptz
@@ -213,6 +252,10 @@ DECLARE
     cp ttl.column_policy;
     p ttl.policy;
 BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF p.value_ttls THEN  -- CQL-style: every value column (sql/73_value_ttls.sql)
+        RETURN CASE WHEN col IN (SELECT ttl._value_columns(p)) THEN ttl._cell_sql(p, col, 1) END;
+    END IF;
     SELECT * INTO cp FROM ttl.column_policy WHERE relid = tbl AND attnum = col;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -220,7 +263,6 @@ BEGIN
     IF cp.relative_to = 'write' THEN
         RETURN format('pg_catalog.upper(%I)', ttl._attname(tbl, cp.track_attnum));
     END IF;
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     IF p.row_write_attnum IS NOT NULL THEN
         RETURN ttl._expiry_sql('pg_catalog.timestamptz'::regtype, NULL, cp.expire_after,
                                format('%I', ttl._attname(tbl, p.row_write_attnum)));

@@ -21,7 +21,7 @@ BEGIN
     new_p.strict_enabled_rls := coalesce(new_p.strict_enabled_rls, false);
 
     IF new_p.row_expiry_attnum IS NOT NULL THEN
-        managed := format('%I', ttl._attname(new_p.relid, new_p.row_expiry_attnum));
+        managed := ttl._managed_expression(new_p);
         IF new_p.ttl_attnum IS NOT NULL OR new_p.expiration_expression IS DISTINCT FROM managed
            OR new_p.expire_after IS NULL THEN
             -- Leaving per-row mode: ttl._apply_change drops the columns.
@@ -30,6 +30,7 @@ BEGIN
             END IF;
             new_p.row_expiry_attnum := NULL;
             new_p.row_write_attnum := NULL;
+            new_p.row_values_attnum := NULL;
         END IF;
     END IF;
 
@@ -40,19 +41,41 @@ BEGIN
         IF old_p.row_expiry_attnum IS NOT NULL AND ttl._attname(new_p.relid, old_p.row_expiry_attnum) IS NOT NULL THEN
             new_p.row_expiry_attnum := old_p.row_expiry_attnum;
             new_p.row_write_attnum := old_p.row_write_attnum;
+            new_p.row_values_attnum := old_p.row_values_attnum;
         ELSE
             col := ttl._added_column_name(tbl, 'ttl_expires_at');
-            EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT %s', tbl, col,
-                           ttl._expiry_default_sql(new_p.expire_after, new_p.value_ttl_overrides_table_ttl));
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT %s', tbl, col, ttl._marker_default(new_p));
             new_p.row_expiry_attnum := ttl._attnum(tbl, col, 'column');
             col := ttl._added_column_name(tbl, 'ttl_written_at');
             EXECUTE format('ALTER TABLE %s ADD COLUMN %I timestamptz DEFAULT pg_catalog.now()', tbl, col);
             new_p.row_write_attnum := ttl._attnum(tbl, col, 'column');
-            RAISE NOTICE 'per-row TTL: added columns % (each row''s expiry) and % (its last write) to table %, and a trigger that moves the expiry on UPDATE',
-                ttl._attname(new_p.relid, new_p.row_expiry_attnum), col, tbl
+            RAISE NOTICE 'per-row TTL: added columns % (each row''s expiry) and % (its insert or last write) to table %',
+                ttl._attname(new_p.relid, new_p.row_expiry_attnum), col,
+                tbl::text || CASE WHEN new_p.value_ttls THEN '' ELSE ', and a trigger that moves the expiry on UPDATE' END
                 USING HINT = 'To count from a column of your own instead, set "ttl_column" (ttl.enable(..., column_name => ...)); ttl.disable removes what was added.';
         END IF;
-        new_p.expiration_expression := format('%I', ttl._attname(new_p.relid, new_p.row_expiry_attnum));
+    END IF;
+
+    IF new_p.row_expiry_attnum IS NOT NULL THEN
+        -- A TTL per value (CQL-style): the values an UPDATE wrote, in one added jsonb column.
+        IF new_p.value_ttls AND (new_p.row_values_attnum IS NULL OR ttl._attname(new_p.relid, new_p.row_values_attnum) IS NULL) THEN
+            IF EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = new_p.relid) THEN
+                RAISE EXCEPTION 'table % has column TTLs: a CQL-style table ("ttl_value_ttls") keeps a TTL per value already', tbl
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          HINT = 'Remove them first (ttl.disable_column), then write each value with its TTL (USING TTL).';
+            END IF;
+            col := ttl._added_column_name(tbl, 'ttl_values');
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I jsonb', tbl, col);
+            new_p.row_values_attnum := ttl._attnum(tbl, col, 'column');
+            RAISE NOTICE 'value TTLs: added column % to table % (the TTLs of values written by UPDATE), and a trigger per column',
+                col, tbl;
+        ELSIF NOT new_p.value_ttls THEN
+            new_p.row_values_attnum := NULL;  -- ttl._apply_change drops the column
+        END IF;
+        new_p.expiration_expression := ttl._managed_expression(new_p);
+        IF new_p.value_ttls THEN
+            PERFORM ttl._check_value_columns(new_p);
+        END IF;
     END IF;
 
     IF new_p.strict_visibility AND NOT coalesce(old_p.strict_visibility, false) THEN
@@ -72,7 +95,41 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT p.row_expiry_attnum IS NULL AND p.ttl_attnum IS NULL AND p.expiration_expression IS NULL
-       AND p.expire_after IS NOT NULL AND p.expire_after > interval '0'
+       AND p.expire_after IS NOT NULL
+       AND (p.expire_after > interval '0' OR (coalesce(p.value_ttls, false) AND p.expire_after = interval '0'))
+$fn$;
+
+-- The expiration expression of a per-row TTL policy: its expiry column, or for
+-- a CQL-style table the latest of the marker's and the values' expiries.
+CREATE OR REPLACE FUNCTION ttl._managed_expression(p ttl.policy) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN p.row_values_attnum IS NOT NULL
+                THEN format('CASE WHEN %2$I IS NULL THEN %1$I ELSE ttl.latest_expiry(%1$I, %2$I) END',
+                            ttl._attname(p.relid, p.row_expiry_attnum), ttl._attname(p.relid, p.row_values_attnum))
+                ELSE format('%I', ttl._attname(p.relid, p.row_expiry_attnum)) END
+$fn$;
+
+-- A CQL-style table's values expire to NULL: a NOT NULL value column is refused.
+CREATE OR REPLACE FUNCTION ttl._check_value_columns(p ttl.policy) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    bad name;
+BEGIN
+    SELECT a.attname INTO bad FROM ttl._value_columns(p) c
+      JOIN pg_attribute a ON a.attrelid = p.relid AND a.attnum = c
+     WHERE a.attnotnull LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'column "%" of table % is NOT NULL: in a CQL-style table ("ttl_value_ttls") every value outside the primary key expires to NULL',
+            bad, p.relid::regclass
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL, or make it part of the primary key.',
+                                p.relid::regclass, bad);
+    END IF;
+END
 $fn$;
 
 -- Whether going from old_p to new_p (either NULL: no policy) changes the
@@ -86,10 +143,12 @@ AS $fn$
             OR (new_p.relid IS NOT NULL AND ttl._enters_row_mode(new_p)))
        AND (old_p.relid IS NULL OR new_p.relid IS NULL
             OR (old_p.ttl_attnum, old_p.expiration_expression, old_p.expire_after, old_p.unit,
-                old_p.row_expiry_attnum, old_p.strict_visibility, old_p.value_ttl_overrides_table_ttl)
+                old_p.row_expiry_attnum, old_p.strict_visibility, old_p.value_ttl_overrides_table_ttl,
+                old_p.value_ttls, old_p.row_values_attnum)
                IS DISTINCT FROM
                (new_p.ttl_attnum, new_p.expiration_expression, new_p.expire_after, new_p.unit,
-                new_p.row_expiry_attnum, new_p.strict_visibility, new_p.value_ttl_overrides_table_ttl))
+                new_p.row_expiry_attnum, new_p.strict_visibility, new_p.value_ttl_overrides_table_ttl,
+                new_p.value_ttls, new_p.row_values_attnum))
 $fn$;
 
 -- Column policies: what relative_to resolves to (unset: the table's TTL base
@@ -161,7 +220,13 @@ BEGIN
     END IF;
     IF p.row_expiry_attnum IS NOT NULL THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', tbl::regclass,
-                       ttl._attname(tbl, p.row_expiry_attnum), ttl._expiry_default_sql(p.expire_after, wins));
+                       ttl._attname(tbl, p.row_expiry_attnum), ttl._marker_default(p));
+    END IF;
+    -- CQL-style: UPDATE leaves the row's expiry alone; each value has its trigger.
+    PERFORM ttl._value_triggers_sync(tbl);
+    -- Partitioned: each partition's latest write and expiry (sql/73_value_ttls.sql).
+    PERFORM ttl._partition_tracking_sync(tbl);
+    IF p.row_expiry_attnum IS NOT NULL AND NOT p.value_ttls THEN
         EXECUTE format('CREATE TRIGGER ttl_row_expiry BEFORE UPDATE ON %s FOR EACH ROW '
                        'EXECUTE FUNCTION ttl._refresh_row_expiry(%L, %L, %L, %L%s)', tbl::regclass,
                        ttl._attname(tbl, p.row_expiry_attnum), ttl._attname(tbl, p.row_write_attnum),
@@ -250,6 +315,9 @@ BEGIN
             PERFORM ttl._drop_added_column(tbl, old_p.row_write_attnum);
         END IF;
         PERFORM ttl._sync_table(tbl);
+        IF old_p.row_values_attnum IS NOT NULL AND new_p.row_values_attnum IS DISTINCT FROM old_p.row_values_attnum THEN
+            PERFORM ttl._drop_added_column(tbl, old_p.row_values_attnum);
+        END IF;
     END IF;
     IF new_p.relid IS NULL THEN
         DELETE FROM ttl.tier WHERE relid = tbl;  -- tiers extend the policy (sql/82_tiers.sql)

@@ -117,7 +117,13 @@ AS $fn$
 DECLARE
     tbl oid := ttl._row_table(pg_typeof(r));
     cp ttl.column_policy;
+    p ttl.policy;
+    n smallint := ttl._attnum(tbl::regclass, column_name, 'column');
 BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF p.value_ttls THEN  -- CQL-style: the value's own write, or the INSERT's; NULL for a NULL value
+        RETURN CASE WHEN n IN (SELECT ttl._value_columns(p)) THEN ttl._eval_on_row(r, ttl._cell_sql(p, n, 0), tbl) END;
+    END IF;
     SELECT * INTO cp FROM ttl.column_policy WHERE relid = tbl AND attnum = ttl._attnum(tbl::regclass, column_name, 'column');
     IF NOT FOUND THEN
         RETURN NULL;

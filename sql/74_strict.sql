@@ -81,7 +81,8 @@ BEGIN
     has_policy := FOUND;
     -- Drop the view this table had (found by its dependency, so renames are fine).
     PERFORM ttl._drop_live_view(tbl);
-    IF NOT (has_policy AND p.strict_visibility) OR NOT EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = tbl) THEN
+    IF NOT (has_policy AND p.strict_visibility)
+       OR NOT (p.value_ttls OR EXISTS (SELECT 1 FROM ttl.column_policy c WHERE c.relid = tbl)) THEN
         IF EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'ttl_live')
            AND NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                             WHERE n.nspname = 'ttl_live') THEN
@@ -100,7 +101,7 @@ BEGIN
             USING ERRCODE = 'duplicate_table', HINT = 'Rename one of the two tables.';
     END IF;
     SELECT string_agg(
-             CASE WHEN c.attnum IS NULL OR ttl._value_expiry_sql(tbl, a.attnum) IS NULL THEN format('t.%I', a.attname)
+             CASE WHEN ttl._value_expiry_sql(tbl, a.attnum) IS NULL THEN format('t.%I', a.attname)
                   -- NULL also for NOT NULL columns: a DEFAULT such as nextval() must not run on reads.
                   ELSE format('CASE WHEN %s OPERATOR(pg_catalog.<=) pg_catalog.now() THEN NULL::%s ELSE t.%I END AS %I',
                               ttl._value_expiry_sql(tbl, a.attnum), format_type(a.atttypid, a.atttypmod),
@@ -108,7 +109,6 @@ BEGIN
              ', ' ORDER BY a.attnum)
       INTO cols
       FROM pg_attribute a
-      LEFT JOIN ttl.column_policy c ON c.relid = tbl AND c.attnum = a.attnum
      WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped;
     stmt := format('CREATE VIEW ttl_live.%I WITH (security_invoker = true) AS SELECT %s FROM %s AS t WHERE %s',
                    view_name, cols, tbl::regclass, ttl._visible_sql(p));
@@ -140,3 +140,21 @@ BEGIN
 END
 $fn$;
 
+
+-- Whether a table's ttl_live view no longer shows its columns (one was added,
+-- dropped or renamed, or the view went with a dropped column).
+CREATE OR REPLACE FUNCTION ttl._live_view_stale(tbl oid) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+                      WHERE a.attrelid = v.oid AND a.attnum > 0), '{}')
+           IS DISTINCT FROM
+           (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+             WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped)
+      FROM (SELECT (SELECT r.ev_class FROM pg_rewrite r
+                      JOIN pg_depend d ON d.objid = r.oid AND d.classid = 'pg_rewrite'::regclass
+                      JOIN pg_class c ON c.oid = r.ev_class
+                      JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'ttl_live'
+                     WHERE d.refobjid = tbl LIMIT 1) AS oid) AS v
+$fn$;

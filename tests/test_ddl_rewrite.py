@@ -123,14 +123,14 @@ def test_using_ttl_is_found_by_the_scanner_only() -> None:
     sql = "INSERT INTO t VALUES ('USING TTL 5') /* USING TTL 5 */;\nINSERT INTO \"USING\" VALUES (1);\n"
     assert rewrite(sql) == sql
     out = rewrite("insert into t values (1) using ttl 86400 returning *;")
-    assert out == ("SELECT ttl.using_ttl('86400 seconds');\ninsert into t values (1) returning *;\n"
-                   "RESET pg_ttl.row_ttl;")
+    assert out == ("SELECT ttl.using_ttl(CAST('86400 seconds' AS interval), CAST('t' AS regclass));\n"
+                   "insert into t values (1) returning *;\nRESET pg_ttl.row_ttl;")
 
 
 def test_using_ttl_with_cte_and_comment() -> None:
     sql = "WITH v AS (SELECT 1 AS a) INSERT INTO t SELECT a FROM v USING /* cql */ TTL 30"
     out = rewrite(sql)
-    assert out.splitlines() == ["SELECT ttl.using_ttl('30 seconds');",
+    assert out.splitlines() == ["SELECT ttl.using_ttl(CAST('30 seconds' AS interval), CAST('t' AS regclass));",
                                 "WITH v AS (SELECT 1 AS a) INSERT INTO t SELECT a FROM v;",
                                 "RESET pg_ttl.row_ttl"]
 

@@ -40,7 +40,7 @@ def test_install_into_plain_database(plain_dsn: str, cli: Any) -> None:
         assert conn.execute("SELECT version_num FROM ttl.alembic_version").fetchall() == [
             (install.head_revision(),)]
         assert conn.execute("SELECT version_num FROM public.alembic_version").fetchall() == [("user_rev_42",)]
-        assert ttl_objects(conn) == {"schema": (1,), "event_triggers": (2,)}
+        assert ttl_objects(conn) == {"schema": (1,), "event_triggers": (3,)}
         conn.execute("SELECT ttl.enable('events', '1 day', 'created_at')")
 
 
@@ -78,7 +78,7 @@ def test_upgrade_refuses_when_not_installed(plain_dsn: str, cli: Any) -> None:
 def test_uninstall_needs_confirmation(dsn: str, cli: Any, db: psycopg.Connection[Any]) -> None:
     line = one_line_error(cli("uninstall", "--dsn", dsn, input=""))
     assert "--yes" in line
-    assert ttl_objects(db) == {"schema": (1,), "event_triggers": (2,)}
+    assert ttl_objects(db) == {"schema": (1,), "event_triggers": (3,)}
 
 
 def test_uninstall_keeps_user_data(dsn: str, cli: Any, db: psycopg.Connection[Any]) -> None:

@@ -43,7 +43,7 @@ def test_every_registry_column_is_a_policy_column_and_every_option_column_is_reg
     assert registered <= columns
     # What is not an option is bookkeeping the engine or the table changes keep.
     assert columns - registered == {"relid", "ttl_atttypid", "created_at", "updated_at", "row_expiry_attnum",
-                                    "row_write_attnum", "strict_enabled_rls"}
+                                    "row_write_attnum", "row_values_attnum", "strict_enabled_rls"}
 
 
 def test_a_direct_insert_takes_the_registry_defaults_including_the_default_schedule_setting(conn: Conn) -> None:
@@ -56,6 +56,10 @@ def test_a_direct_insert_takes_the_registry_defaults_including_the_default_sched
     assert shown["ttl_job_cron"] == "17 3 * * *"
 
 
+# Options of per-row TTL tables only (docs/row-and-column-ttl.md).
+PER_ROW_ONLY = ("value_ttls", "ignore_value_ttl")
+
+
 def test_enable_set_and_reset_every_option_follow_the_registry(conn: Conn) -> None:
     conn.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'at')")
     shown = describe(conn)
@@ -65,6 +69,10 @@ def test_enable_set_and_reset_every_option_follow_the_registry(conn: Conn) -> No
     assert shown["ttl_tiers"] is None
     for name, _, kind, default in registry(conn):
         if default is None or kind not in OTHER:
+            continue
+        if name in PER_ROW_ONLY:  # refused on a table whose TTL counts from a column
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="per-row TTL"):
+                conn.execute("SELECT ttl.set_option('t', %s, %s)", (f"ttl_{name}", OTHER[kind]))
             continue
         if name == "partition_action":
             conn.execute("SELECT ttl.set_option('t', 'detach_schema', 'archive')")

@@ -54,6 +54,8 @@ OPTIONS: dict[str, Kind] = {
     "strict": Kind.BOOL,
     "value_ttl_overrides_table_ttl": Kind.BOOL,
     "queue_shards": Kind.SHARDS,
+    "value_ttls": Kind.BOOL,
+    "ignore_value_ttl": Kind.BOOL,
 }
 
 # The orphan policy's options (docs/orphans.md), set through the same ALTER TABLE
@@ -95,10 +97,24 @@ def label(key: str) -> str:
     return f'"{PREFIX}{key}"'
 
 
+# CQL's table option, in seconds (0: no default): a CQL-style table
+# ("ttl_value_ttls") whose "ttl_expire_after" it sets.
+CQL_DEFAULT_TTL = "default_time_to_live"
+
+
 def is_ttl_name(defname: str) -> bool:
-    """True for ``ttl`` itself and every ``ttl_*`` storage parameter name."""
+    """True for ``ttl`` itself, every ``ttl_*`` storage parameter name and CQL's default_time_to_live."""
     name = defname.lower()
-    return name == "ttl" or name.startswith(PREFIX)
+    return name == "ttl" or name.startswith(PREFIX) or name == CQL_DEFAULT_TTL
+
+
+def cql_default_ttl(value: str) -> dict[str, str]:
+    """``default_time_to_live = N`` as the options it stands for."""
+    text = value.strip()
+    if not re.fullmatch(r"\d+", text) or int(text) > INT4_MAX:
+        raise OptionError(f"value of \"{CQL_DEFAULT_TTL}\" must be a whole number of seconds (0: no default), "
+                          f"got '{value}'", hint="e.g. default_time_to_live = 86400")
+    return {"expire_after": f"{int(text)} seconds", "value_ttls": "true"}
 
 
 def key_of(defname: str) -> str:

@@ -39,7 +39,9 @@ _DISABLE = "SELECT ttl.disable($1)"
 _ENABLE_COLUMN = "SELECT ttl.enable_column($1, $2, $3)"
 _ENABLE_COLUMN_RELATIVE = "SELECT ttl.enable_column($1, $2, $3, $4)"
 _DISABLE_COLUMN = "SELECT ttl.disable_column($1, $2)"
-_USING_TTL = "SELECT ttl.using_ttl($1)"
+# With the table (and an UPDATE's columns): refused where nothing keeps a TTL per write.
+_USING_TTL_INSERT = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass))"
+_USING_TTL_UPDATE = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass), CAST($3 AS name[]))"
 # CQL's USING TTL applies to its statement only: afterwards the transaction's
 # (or session's) own setting applies again.
 _USING_TTL_END = "RESET pg_ttl.row_ttl"
@@ -235,11 +237,24 @@ def _rewrite_using_ttl(st: Statement, stmt: ast.Node, clauses: Sequence[_Clause]
     if not isinstance(stmt, ast.InsertStmt | ast.UpdateStmt):
         raise OptionError("USING TTL applies to INSERT and UPDATE only")
     clause = clauses[0]
-    _emit(st, _build(_USING_TTL, f"{clause.seconds} seconds"))
+    if stmt.relation is None:
+        raise OptionError("USING TTL needs the statement's table")
+    table = _relation_text(stmt.relation)
+    if isinstance(stmt, ast.InsertStmt):
+        _emit(st, _build(_USING_TTL_INSERT, f"{clause.seconds} seconds", table))
+    else:
+        columns = [str(t.name) for t in stmt.targetList or () if isinstance(t, ast.ResTarget) and t.name]
+        _emit(st, _build(_USING_TTL_UPDATE, f"{clause.seconds} seconds", table, _name_array(columns)))
     st.output.append(_cut(st, clause))
     st.expected.append(stmt)
     _emit(st, _build(_USING_TTL_END))
     st.changed = True
+
+
+def _name_array(names: Sequence[str]) -> str:
+    """A PostgreSQL array literal of names: '{"a","b"}'."""
+    quoted = ('"' + n.replace("\\", "\\\\").replace('"', '\\"') + '"' for n in names)
+    return "{" + ",".join(quoted) + "}"
 
 
 # ------------------------------------------------------------------ TTL DDL
@@ -269,6 +284,12 @@ def _set_values(elems: Sequence[ast.DefElem]) -> dict[str, str]:
         if name == "ttl":
             opts.check_ttl_switch(text)
             continue
+        if name == opts.CQL_DEFAULT_TTL:
+            for key, value in opts.cql_default_ttl(text).items():
+                if key in values and values[key] != value:
+                    raise OptionError(f"\"{opts.CQL_DEFAULT_TTL}\" sets {opts.label(key)}, which is given too")
+                values[key] = value
+            continue
         key = opts.key_of(name)
         if key in values:
             raise OptionError(f"option {opts.label(key)} is given more than once")
@@ -287,6 +308,9 @@ def _reset_keys(elems: Sequence[ast.DefElem]) -> list[str]:
         name = str(e.defname).lower()
         if e.arg is not None:
             raise OptionError(f"RESET takes option names only, got a value for \"{name}\"")
+        if name == opts.CQL_DEFAULT_TTL:
+            raise OptionError(f"\"{opts.CQL_DEFAULT_TTL}\" is not reset: set it to 0 for no default TTL",
+                              hint="RESET (ttl) removes the whole TTL")
         key = "ttl" if name == "ttl" else opts.key_of(name)
         if key not in keys:
             keys.append(key)

@@ -39,6 +39,9 @@ SELECT a.attname FROM ttl.column_policy cp
 # Names travel as values and are quoted by the function: no name in the statement text,
 # where psycopg would read a '%' in it as a placeholder.
 NULL_BATCH = "SELECT ttl.null_expired_values(%s::oid::regclass, %s::oid::regclass, %s, %s, %s, %s)"
+# A CQL-style table (sql/73_value_ttls.sql): every value column in one statement per range.
+CELLS = "SELECT value_ttls FROM ttl.policy WHERE relid = %s"
+NULL_CELLS = "SELECT ttl.null_expired_cells(%s::oid::regclass, %s::oid::regclass, %s, %s, %s)"
 ACCOUNT = "UPDATE ttl.run_unit SET values_nulled = values_nulled + %s WHERE run_id = %s AND unit_relid = %s"
 # The unit's size in blocks now, and its rows per block as of the last ANALYZE.
 SIZE = """
@@ -83,14 +86,21 @@ def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
     if row is None or row[0] is None:  # dropped since it was listed (its size reads NULL once it is gone)
         return
     nblocks, per_block = int(row[0]), float(row[1] or 100.0)
-    for (column,) in conn.execute(COLUMNS, (table_relid,)).fetchall():
+    columns: list[str | None] = [c for (c,) in conn.execute(COLUMNS, (table_relid,)).fetchall()]
+    cells = conn.execute(CELLS, (table_relid,)).fetchone()
+    if cells is not None and cells[0]:
+        columns = [None]  # all value columns at once
+    for column in columns:
         block, step = 0, max(1, math.ceil(batch_size / per_block))
         while block < nblocks:
             if stop is not None and stop.is_set():
                 return
             upto = min(nblocks, block + step)
             with conn.transaction():
-                done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, cutoff, block, upto)).fetchone()
+                if column is None:
+                    done = conn.execute(NULL_CELLS, (table_relid, unit_relid, cutoff, block, upto)).fetchone()
+                else:
+                    done = conn.execute(NULL_BATCH, (table_relid, unit_relid, column, cutoff, block, upto)).fetchone()
                 n = int(done[0]) if done else 0
                 if run_id is not None and n:
                     conn.execute(ACCOUNT, (n, run_id, unit_relid))

@@ -281,10 +281,13 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         res.status = tiers.archive(ctx) if unit.action == "archive" else queues.drain(ctx)
     else:  # started by ttl._begin_unit; ended in the transaction that removes the partition
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
-        if unit.action == "drop":
-            partitions.drop_partition(ctx)
-        else:
-            res.strategy = partitions.detach_partition(ctx)
+        try:
+            if unit.action == "drop":
+                partitions.drop_partition(ctx)
+            else:
+                res.strategy = partitions.detach_partition(ctx)
+        except partitions.Kept as kept:
+            res.status, res.error = "skipped", str(kept)
         return True
     return False
 

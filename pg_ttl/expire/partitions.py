@@ -23,17 +23,43 @@ def _timeouts(ctx: UnitContext) -> None:
                      (ctx.settings.lock_timeout, ctx.settings.statement_timeout))
 
 
+def _recheck(ctx: UnitContext) -> sql.Composed:
+    """For a partition judged by the writes it received (per-row TTL): its lock, then the
+    judgement again, since a write may have committed in between (sql/73_value_ttls.sql)."""
+    if not ctx.unit.recheck:
+        return sql.Composed([])
+    return sql.SQL(" LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE;"
+                   " SELECT ttl._partition_still_expired({table}, {unit}, {cutoff});").format(
+        t=ctx.unit.ident, table=sql.Literal(ctx.policy.relid), unit=sql.Literal(ctx.unit.relid),
+        cutoff=sql.Literal(ctx.pred.cutoff))
+
+
+class Kept(Exception):
+    """The partition was written to since it was judged expired: it stays (the unit is skipped, ended)."""
+
+
+def _kept(ctx: UnitContext, exc: errors.ObjectNotInPrerequisiteState) -> Kept:
+    reason = exc.diag.message_primary or str(exc)
+    ctx.conn.execute("SELECT ttl._end_unit(%s, %s, 'skipped', %s, true)", (ctx.run_id, ctx.unit.relid, reason))
+    return Kept(reason)
+
+
 def drop_partition(ctx: UnitContext) -> None:
     """DROP TABLE, its history row and its claim's release in one transaction and one
     round trip: several statements with no parameters go as one simple query, which
     the server runs as one transaction."""
-    ctx.conn.execute(sql.SQL(
-        "SELECT pg_catalog.set_config('lock_timeout', {lock}, true),"
-        " pg_catalog.set_config('statement_timeout', {stmt}, true);"
-        " DROP TABLE {t};"
-        " SELECT ttl._end_unit({run}, {unit}, 'ok', NULL, true)").format(
-        lock=sql.Literal(ctx.settings.lock_timeout), stmt=sql.Literal(ctx.settings.statement_timeout),
-        t=ctx.unit.ident, run=sql.Literal(ctx.run_id), unit=sql.Literal(ctx.unit.relid)))
+    try:
+        ctx.conn.execute(sql.SQL(
+            "SELECT pg_catalog.set_config('lock_timeout', {lock}, true),"
+            " pg_catalog.set_config('statement_timeout', {stmt}, true);{recheck}"
+            " DROP TABLE {t};"
+            " SELECT ttl._end_unit({run}, {unit}, 'ok', NULL, true)").format(
+            lock=sql.Literal(ctx.settings.lock_timeout), stmt=sql.Literal(ctx.settings.statement_timeout),
+            recheck=_recheck(ctx), t=ctx.unit.ident, run=sql.Literal(ctx.run_id), unit=sql.Literal(ctx.unit.relid)))
+    except errors.ObjectNotInPrerequisiteState as exc:
+        if not ctx.unit.recheck:
+            raise
+        raise _kept(ctx, exc) from None
 
 
 def detach_partition(ctx: UnitContext) -> str:
@@ -41,7 +67,17 @@ def detach_partition(ctx: UnitContext) -> str:
     unit, conn = ctx.unit, ctx.conn
     assert unit.parent is not None
     how = "finalize"
-    if unit.detach_pending:
+    if unit.recheck:
+        # judged again under the lock that the plain DETACH then keeps
+        how = "plain"
+        try:
+            with conn.transaction():
+                _timeouts(ctx)
+                conn.execute(_recheck(ctx))
+                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(unit.parent, unit.ident))
+        except errors.ObjectNotInPrerequisiteState as exc:
+            raise _kept(ctx, exc) from None
+    elif unit.detach_pending:
         with conn.transaction():
             _timeouts(ctx)
             conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(unit.parent, unit.ident))

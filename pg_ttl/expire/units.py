@@ -58,6 +58,8 @@ class Unit:
     upper: str | None = None  # upper bound, as text in the TTL column's type
     bound: str | None = None  # FOR VALUES ... as the server prints it
     detach_pending: bool = False  # an interrupted DETACH ... CONCURRENTLY to finalize
+    # judged by the writes it received (per-row TTL): judged again under the partition's lock
+    recheck: bool = False
 
     @property
     def name(self) -> str:
@@ -225,6 +227,13 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
             expired_bounds = {str(u) for u, done in conn.execute(
                 "SELECT u, ttl.partition_expired(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
                 (policy.relid, pred.cutoff, uppers)) if done}
+    # Per-row TTL: partitions whose every row and value expired, by the latest write
+    # and expiry each one received (sql/73_value_ttls.sql); empty for other policies.
+    leaves = [int(c[0]) for c in children if c[3] == "r" and not c[5]]
+    written_out: set[int] = set()
+    if leaves and policy.expression is not None and not on_ttl_column:
+        written_out = {int(r[0]) for r in conn.execute(
+            "SELECT ttl.partitions_expired(%s, %s::oid[], %s)", (policy.relid, leaves, pred.cutoff))}
     for oid, schema, relname, relkind, bound, pending in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
@@ -240,6 +249,9 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
         if upper is not None and key is not None and (upper in expired_bounds if policy.expression is None
                                                       else bound_expired(conn, policy, pred, upper, key)):
             child.action, child.upper = policy.partition_action, upper
+            units.append(child)
+        elif int(oid) in written_out:
+            child.action, child.recheck = policy.partition_action, True
             units.append(child)
         elif relkind == "p":
             _walk(conn, policy, pred, int(oid), child.ident, units)

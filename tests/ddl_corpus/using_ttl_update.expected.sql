@@ -1,4 +1,4 @@
-SELECT ttl.using_ttl('0 seconds');
+SELECT ttl.using_ttl(CAST('0 seconds' AS interval), CAST('pageviews' AS regclass), CAST('{"views"}' AS name[]));
 UPDATE pageviews
    SET views = 10 WHERE id = 1;
 RESET pg_ttl.row_ttl;
