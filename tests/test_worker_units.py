@@ -99,6 +99,35 @@ def test_scheduler_sync_keeps_local_state_and_only_moves_ticks_forward() -> None
     assert [e.relid for e in removed] == [1] and list(s.entries) == [2]
 
 
+def test_a_pass_over_many_tables_reads_each_schedule_once_per_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The due list is computed once per pass and each cron expression's tick once per tick: a pass
+    over 3,000 tables costs a handful of croniter calls, not one per table and run (quadratic)."""
+    from pg_ttl.worker import schedule
+
+    calls: list[str] = []
+    real = schedule.latest_tick
+
+    def counted(expr: str, now: datetime) -> datetime:
+        calls.append(expr)
+        return real(expr, now)
+
+    monkeypatch.setattr(schedule, "latest_tick", counted)
+    sched = Scheduler(min_interval=M15)
+    sched.sync([Entry(relid=i, table=f"t{i}", cron="@daily" if i % 2 else "@hourly") for i in range(3000)])
+    now = T + timedelta(minutes=7)
+    due = sched.due(now)
+    assert len(due) == 3000
+    for entry, tick in due:  # what the loop does: run each in turn, re-checking it is still due
+        assert sched.still_due(entry, tick, now)
+        entry.skipped_due = entry.last_due = tick
+        assert not sched.still_due(entry, tick, now)
+    assert sorted(set(calls)) == ["@daily", "@hourly"] and len(calls) == 2
+    assert sched.due(now) == []
+    # the next hourly tick is read once more (the daily tables are not due: their next run is cached)
+    later = sched.due(T + timedelta(hours=1, minutes=1))
+    assert {e.cron for e, _ in later} == {"@hourly"} and len(later) == 1500 and len(calls) == 3
+
+
 def test_backoff() -> None:
     delays = [backoff_delay(n, 1.0, 8.0) for n in range(1, 8)]
     assert all(0.5 <= d <= 1.0 for d in delays[:1])

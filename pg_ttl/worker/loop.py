@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from datetime import datetime
 
 import psycopg
@@ -14,7 +15,7 @@ import psycopg
 from pg_ttl.worker.config import DatabaseConfig
 from pg_ttl.worker.lag import LagMeter
 from pg_ttl.worker.rounds import Rounds
-from pg_ttl.worker.schedule import Scheduler
+from pg_ttl.worker.schedule import Entry, Scheduler
 from pg_ttl.worker.session import (
     CHANNEL,
     Conn,
@@ -47,6 +48,7 @@ class DatabaseLoop(threading.Thread):
         self.conn: Conn | None = None
         self.exit_error: BaseException | None = None
         self._next_poll = 0.0
+        self._pending: deque[tuple[Entry, datetime]] = deque()  # due tables of this pass, in order
         self._next_heartbeat = 0.0
         self.reload = True  # re-read the catalog at the next turn
         self._connected = False
@@ -141,6 +143,7 @@ class DatabaseLoop(threading.Thread):
                 if self.reload or mono >= self._next_poll:
                     check_schema(conn)  # an upgrade while we run: wait for the matching worker
                     self.rounds.load_catalog(conn)
+                    self._pending.clear()  # listed again from the fresh catalog
                     self.reload = False
                     self._next_poll = mono + cfg.poll_interval
                     if not loop.standby and not listening:
@@ -157,9 +160,14 @@ class DatabaseLoop(threading.Thread):
                     self.wakeup.wait(conn, cfg.poll_interval)
                     continue
                 now = self.shared.clock.now()
-                due = self.scheduler.due(now)
-                if due:
-                    entry, tick = due[0]
+                # The due tables are listed once per pass and run in order (listing them again
+                # after each run would cost O(tables) per table); a catalog reload lists afresh.
+                while self._pending and not self.scheduler.still_due(*self._pending[0], now):
+                    self._pending.popleft()
+                if not self._pending:
+                    self._pending = deque(self.scheduler.due(now))
+                if self._pending:
+                    entry, tick = self._pending.popleft()
                     self.rounds.run_table(conn, entry, tick)
                     self.reload = drain(conn) or self.reload
                     continue

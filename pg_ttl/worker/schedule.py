@@ -130,6 +130,20 @@ class Entry:
 class Scheduler:
     min_interval: timedelta = timedelta(minutes=15)
     entries: dict[int, Entry] = field(default_factory=dict)
+    # cron expression -> (its latest tick, the tick after): one croniter call per expression and
+    # tick, not one per table and loop (thousands of tables share a few schedules)
+    _ticks: dict[str, tuple[datetime, datetime]] = field(default_factory=dict, repr=False)
+
+    def latest_tick(self, expr: str, now: datetime) -> datetime:
+        """``latest_tick(expr, now)``, cached until the next tick."""
+        known = self._ticks.get(expr)
+        if known is None or not known[0] <= now < known[1]:
+            tick = latest_tick(expr, now)
+            known = (tick, first_tick_from(expr, tick + _EPS))
+            if len(self._ticks) > 10_000:  # expressions of tables long gone
+                self._ticks.clear()
+            self._ticks[expr] = known
+        return known[0]
 
     def sync(self, rows: list[Entry]) -> tuple[list[Entry], list[Entry]]:
         """Replace the policy set with ``rows`` (fresh from the catalog); keep local state. Returns (added, removed)."""
@@ -173,12 +187,21 @@ class Scheduler:
                 continue
             nd = e.next_due(self.min_interval)
             if nd is None or nd <= now:
-                out.append((e, latest_tick(e.cron, now)))
+                out.append((e, self.latest_tick(e.cron, now)))
             elif self.joinable(e):
                 assert e.last_due is not None
                 out.append((e, e.last_due))
         out.sort(key=lambda pair: (pair[1], pair[0].table))
         return out
+
+    def still_due(self, e: Entry, tick: datetime, now: datetime) -> bool:
+        """Whether ``e`` (listed by :meth:`due` for ``tick`` earlier in this pass) is still to run for it."""
+        if self.entries.get(e.relid) is not e or e.running or e.error or e.refused:
+            return False
+        if e.skipped_due is not None and e.skipped_due >= tick:
+            return False  # decided about already
+        nd = e.next_due(self.min_interval)
+        return nd is None or nd <= now or self.joinable(e)
 
     def next_run(self, e: Entry, now: datetime) -> datetime | None:
         """When ``e`` runs next (now if it is due); None if never (bad cron, or refused here)."""
