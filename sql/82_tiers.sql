@@ -1,11 +1,14 @@
 -- Tiers: a table's expiring rows are first moved to storage (Parquet files),
 -- then deleted. Tier k fires at the TTL column + its `after`; the final DELETE
 -- is the policy's own expire_after. A row moves to the last tier it has
--- reached: a row already past the next tier is that tier's (or deleted).
+-- reached: a row already past the next tier is that tier's, and a row already
+-- past the DELETE is deleted without being archived, unless the DELETE entry
+-- says "archive_before_delete": then the last storage tier takes it too
+-- (archived, then deleted; ttl.tier.archive_before_delete on that tier).
 --
 --   SELECT ttl.create_storage('local', 'file:///var/lib/pg-ttl/archive');
 --   SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "local"},
---                                    {"after": "400 days", "action": "delete"}]');
+--                                    {"after": "400 days", "action": "delete", "archive_before_delete": true}]');
 --
 -- The engine (pg_ttl/expire/tiers.py) writes, verifies and records each batch
 -- in ttl.archive, deleting its rows in the same short transaction.
@@ -100,8 +103,10 @@ $fn$;
 -- Set a table's tiers (replacing them): a JSON array of {"after": interval,
 -- "to": storage} in increasing `after`, optionally ending with {"after":
 -- interval, "action": "delete"}, which sets the policy's expire_after; without
--- it, the policy's expire_after is the final DELETE. '[]' removes the tiers.
--- Tiers count from the TTL column (ttl_column).
+-- it, the policy's expire_after is the final DELETE. The DELETE entry may add
+-- "archive_before_delete": true: rows already past the DELETE are then archived
+-- to the last storage tier before they are deleted. '[]' removes the tiers.
+-- Tiers count from the TTL column (ttl_column). Any other key is refused.
 CREATE OR REPLACE FUNCTION ttl.set_tiers(tbl regclass, tiers jsonb) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -115,6 +120,7 @@ DECLARE
     after interval;
     prev interval;
     final interval;
+    unknown text;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     IF NOT FOUND THEN
@@ -137,6 +143,25 @@ BEGIN
             RAISE EXCEPTION 'tier % of %: {"after": interval, "to": storage} or {"after": interval, "action": "delete"} expected, got %',
                 i, tbl, t USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        unknown := (SELECT string_agg(format('"%s"', k), ', ' ORDER BY k) FROM jsonb_object_keys(t) AS k
+                     WHERE k NOT IN ('after', 'to', 'action', 'archive_before_delete'));
+        IF unknown IS NOT NULL THEN
+            RAISE EXCEPTION 'tier % of %: unknown key %', i, tbl, unknown USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'A tier is {"after": interval, "to": storage}; the last may be {"after": interval, "action": "delete"}, with "archive_before_delete": true or false.';
+        END IF;
+        IF t ? 'archive_before_delete' AND t->>'action' IS DISTINCT FROM 'delete' THEN
+            RAISE EXCEPTION 'tier % of %: "archive_before_delete" belongs to the final {"action": "delete"} entry', i, tbl
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'e.g. [{"after": "30 days", "to": "cold"}, {"after": "400 days", "action": "delete", "archive_before_delete": true}]';
+        END IF;
+        IF t ? 'archive_before_delete' AND jsonb_typeof(t->'archive_before_delete') IS DISTINCT FROM 'boolean' THEN
+            RAISE EXCEPTION 'tier % of %: "archive_before_delete" must be true or false, got %', i, tbl,
+                t->'archive_before_delete' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF t ? 'to' AND t ? 'action' THEN
+            RAISE EXCEPTION 'tier % of %: a tier either moves rows "to" a storage or is the final "action": "delete", not both',
+                i, tbl USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         after := ttl._to_interval('tier after', t->>'after');
         IF after < interval '0' OR (prev IS NOT NULL AND after <= prev) THEN
             RAISE EXCEPTION 'tier % of %: "after" must increase from one tier to the next, got % after %', i, tbl,
@@ -148,6 +173,14 @@ BEGIN
                 RAISE EXCEPTION 'tier % of %: DELETE must be the last tier', i, tbl USING ERRCODE = 'invalid_parameter_value';
             END IF;
             final := after;
+            IF (t->'archive_before_delete') = 'true'::jsonb THEN
+                IF i = 1 THEN
+                    RAISE EXCEPTION 'tiers of %: "archive_before_delete" needs a storage tier before the DELETE to archive to', tbl
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                -- the last storage tier (the one before this entry) takes the rows past the DELETE too
+                UPDATE ttl.tier x SET archive_before_delete = true WHERE x.relid = tbl AND x.position = i - 1;
+            END IF;
         ELSIF t ? 'action' THEN
             RAISE EXCEPTION 'tier % of %: unknown action "%"', i, tbl, t->>'action'
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'A tier moves rows "to" a storage, or is the final "action": "delete".';
@@ -199,7 +232,8 @@ $fn$;
 
 -- The rows of T that tier `tier_position` moves at `cutoff`, as SQL over T's
 -- columns: reached that tier, not yet the next one (the next storage tier or
--- the final DELETE). NULL never fires.
+-- the final DELETE; the last storage tier of a table whose tiers archive
+-- before the DELETE takes the rows past the DELETE too). NULL never fires.
 CREATE OR REPLACE FUNCTION ttl.tier_sql(tbl oid, tier_position integer, cutoff timestamptz) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -221,8 +255,12 @@ BEGIN
     END IF;
     SELECT x.after INTO next_after FROM ttl.tier x WHERE x.relid = tbl AND x.position > t.position
      ORDER BY x.position LIMIT 1;
-    next_after := coalesce(next_after, p.expire_after);
     col := format('%I', ttl._attname(tbl, p.ttl_attnum));
+    IF next_after IS NULL AND t.archive_before_delete THEN
+        RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
+                      ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff);
+    END IF;
+    next_after := coalesce(next_after, p.expire_after);
     RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
                   ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff,
                   ttl._expiry_sql(p.ttl_atttypid, p.unit, next_after, col), cutoff);
@@ -273,11 +311,18 @@ BEGIN
 END
 $fn$;
 
--- A table's storage tiers as TTL DDL spells them (NULL: none), for ttl.describe and pg-ttl dump.
+-- A table's storage tiers as TTL DDL spells them (NULL: none), for ttl.describe and pg-ttl dump:
+-- '30 days TO cold' (the final DELETE is ttl_expire_after); with archive_before_delete, which
+-- only ttl.set_tiers's JSON spells, that JSON, its DELETE entry included.
 CREATE OR REPLACE FUNCTION ttl._tiers_text(tbl oid) RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT string_agg(format('%s TO %s', t.after, t.storage), ', ' ORDER BY t.position)
+    SELECT CASE WHEN bool_or(t.archive_before_delete)
+                THEN '[' || string_agg(format('{"after": %s, "to": %s}', to_jsonb(t.after::text), to_jsonb(t.storage)),
+                                       ', ' ORDER BY t.position)
+                     || format(', {"after": %s, "action": "delete", "archive_before_delete": true}]',
+                               (SELECT to_jsonb(p.expire_after::text) FROM ttl.policy p WHERE p.relid = tbl))
+                ELSE string_agg(format('%s TO %s', t.after, t.storage), ', ' ORDER BY t.position) END
       FROM ttl.tier t WHERE t.relid = tbl
 $fn$;

@@ -349,6 +349,9 @@ def test_rows_move_to_another_postgresql_once_and_come_back(db: psycopg.Connecti
     assert there == leaving[5:]  # each row once, as it left
     assert target.execute("SELECT count(*) FROM history.events").fetchone() == (30,)
     assert db.execute("SELECT sum(rows) FROM ttl.archive WHERE storage = 'history'").fetchone() == (30,)
+    # the history counts each batch inserted there as an object, and no Parquet bytes
+    assert db.execute("SELECT sum(objects_archived), sum(bytes_archived) FROM ttl.run_unit WHERE action = 'archive'"
+                      ).fetchone() == db.execute("SELECT count(*), 0 FROM ttl.archive").fetchone()
     db.commit()
     result = cli("restore", "events", "--dsn", dsn)
     assert result.returncode == 0 and "restored 30 rows" in result.stdout, result.stderr
@@ -390,3 +393,294 @@ def test_tiers_in_ttl_ddl_describe_and_dump(db: psycopg.Connection[Any], tmp_pat
     assert db.execute("SELECT after::text, storage FROM ttl.tier").fetchall() == [("20 days", "local")]
     with pytest.raises(Exception, match="neither"):
         apply(db, "ALTER TABLE events SET (ttl_tiers = '20 days INTO local');", "m.sql")
+
+
+# -- archive_before_delete, history, metrics and status per tier ----------------------
+
+ABD = ('[{"after": "30 days", "to": "local"},'
+       ' {"after": "400 days", "action": "delete", "archive_before_delete": true}]')
+
+
+def _manifest(db: psycopg.Connection[Any]) -> dict[str, tuple[str, int, int, int, str]]:
+    """object key -> (storage, tier, rows, bytes, sha256)."""
+    return {str(k): (str(s), int(t), int(n), int(b), str(h)) for k, s, t, n, b, h in db.execute(
+        "SELECT object_key, storage, tier, rows, bytes, sha256 FROM ttl.archive").fetchall()}
+
+
+def _check_objects(db: psycopg.Connection[Any], root: Path) -> list[tuple[Any, ...]]:
+    """Every Parquet file under ``root`` is listed by the manifest with its size, SHA-256 and
+    row count (read by DuckDB), and nothing else is listed; the rows of all of them."""
+    import hashlib
+
+    manifest = _manifest(db)
+    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*.parquet")}
+    assert set(files) == set(manifest)
+    con = duckdb.connect()
+    for key, data in files.items():
+        _, _, rows, size, sha = manifest[key]
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (size, sha)
+        assert con.execute("SELECT count(*) FROM read_parquet(?)", [str(root / key)]).fetchone() == (rows,)
+    return _parquet_rows(root)
+
+
+@pytest.mark.parametrize("before_delete", [True, False], ids=["archive_before_delete", "default"])
+def test_rows_past_the_delete_are_archived_once_only_when_asked(db: psycopg.Connection[Any], dsn: str,
+                                                               tmp_path: Path, before_delete: bool) -> None:
+    _events(db, tmp_path)
+    if before_delete:
+        db.execute(_tiers(ABD))
+    leaving = db.execute(f"SELECT {COLS} FROM events WHERE id > 20 ORDER BY id").fetchall()
+    db.commit()
+    [archived, deleted] = expire(dsn, ["events"])
+    assert (archived.status, deleted.status) == ("ok", "ok")
+    assert [r[0] for r in db.execute("SELECT id FROM events ORDER BY id").fetchall()] == list(range(1, 21))
+    got = _check_objects(db, tmp_path)
+    if before_delete:
+        # rows 51-60 (500 days old, past the 400-day DELETE) went to the last storage tier first:
+        # each row in exactly one listed, verified object, as it left; the deletion run found none
+        assert (archived.rows_deleted, deleted.rows_deleted) == (40, 0)
+        assert [r[0] for r in got] == list(range(21, 61))
+        assert [(i, t, a, n, str(j).replace("'", '"').replace(" ", "")) for i, t, a, n, j in got] == \
+            [(i, t, a, n, j.replace(" ", "")) for i, t, a, n, j in leaving]
+        assert sum(n for _, _, n, _, _ in _manifest(db).values()) == 40
+    else:  # deleted, not archived
+        assert (archived.rows_deleted, deleted.rows_deleted) == (30, 10)
+        assert [r[0] for r in got] == list(range(21, 51))
+
+
+def test_archive_before_delete_never_deletes_a_row_its_archive_run_left(db: psycopg.Connection[Any], dsn: str,
+                                                                         connect: Any, tmp_path: Path) -> None:
+    """A row past the DELETE that the application holds while the archive run passes (SKIP LOCKED
+    leaves it), and a storage that cannot be written: in neither pass is any row past the DELETE
+    deleted unarchived; the next pass archives each exactly once."""
+    _events(db, tmp_path)
+    db.execute(_tiers(ABD))
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("SELECT 1 FROM events WHERE id = 55 FOR UPDATE")  # held by the application
+    results = expire(dsn, ["events"])
+    # the archive run only (its units are archive units): no deletion run in this pass
+    assert [(r.status, {u.action for u in r.units}) for r in results] == [("partial", {"archive"})]
+    assert db.execute("SELECT id FROM events WHERE id > 50 ORDER BY id").fetchall() == [(55,)]
+    db.commit()
+    app.rollback()
+    # the storage cannot be written now: the archive run fails and nothing past the DELETE goes
+    db.execute("INSERT INTO events SELECT 61, now() - interval '500 days', 1, 'x', '{}'")
+    db.commit()
+    moved = tmp_path.rename(tmp_path.with_name(tmp_path.name + "-away"))
+    tmp_path.write_text("not a directory")
+    results = expire(dsn, ["events"])
+    assert [r.status for r in results] == ["failed"]
+    assert db.execute("SELECT id FROM events WHERE id > 50 ORDER BY id").fetchall() == [(55,), (61,)]
+    db.commit()
+    tmp_path.unlink()
+    moved.rename(tmp_path)
+    [archived, deleted] = expire(dsn, ["events"])
+    assert (archived.status, deleted.status, deleted.rows_deleted) == ("ok", "ok", 0)
+    assert db.execute("SELECT count(*) FROM events WHERE id > 20").fetchone() == (0,)
+    got = _check_objects(db, tmp_path)  # each row in exactly one listed, verified object
+    assert [r[0] for r in got] == list(range(21, 62))
+
+
+def test_archive_before_delete_to_s3(db: psycopg.Connection[Any], dsn: str, s3: Any, tmp_path: Path) -> None:
+    from pyarrow import fs
+
+    endpoint, client = s3
+    prefix = f"pg-{uuid4().hex}"
+    _events(db, tmp_path / "unused")
+    db.execute("SELECT ttl.create_storage('cold', %s)",
+               (f"s3://archive-bucket/{prefix}?endpoint={endpoint}&region=us-east-1",))
+    db.execute(_tiers(ABD.replace('"local"', '"cold"')))
+    leaving = db.execute("SELECT id, created_at, amount, note FROM events WHERE id > 20 ORDER BY id").fetchall()
+    db.commit()
+    [archived, deleted] = expire(dsn, ["events"])
+    assert (archived.status, archived.rows_deleted, deleted.rows_deleted) == ("ok", 40, 0), archived.units
+    assert db.execute("SELECT count(*) FROM events WHERE id > 20").fetchone() == (0,)
+    # the bucket holds exactly the listed objects; copied here, DuckDB reads each row once
+    local = tmp_path / "copy"
+    for info in client.get_file_info(fs.FileSelector(f"archive-bucket/{prefix}", recursive=True)):
+        if info.type == fs.FileType.File:
+            path = local / info.path[len(f"archive-bucket/{prefix}/"):]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with client.open_input_stream(info.path) as f:
+                path.write_bytes(f.read())
+    got = _check_objects(db, local)
+    assert [(i, t, a, n) for i, t, a, n, _ in got] == leaving
+
+
+def test_archive_before_delete_empties_a_partition_before_it_is_dropped(db: psycopg.Connection[Any], dsn: str,
+                                                                        tmp_path: Path) -> None:
+    db.execute("CREATE TABLE pev (id int, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))"
+               " PARTITION BY RANGE (created_at)")
+    db.execute("CREATE TABLE pev_old PARTITION OF pev FOR VALUES FROM (now() - interval '600 days')"
+               " TO (now() - interval '450 days')")
+    db.execute("CREATE TABLE pev_new PARTITION OF pev FOR VALUES FROM (now() - interval '450 days')"
+               " TO (now() + interval '10 days')")
+    db.execute("INSERT INTO pev SELECT g, now() - CASE WHEN g <= 10 THEN interval '500 days'"
+               " WHEN g <= 20 THEN interval '40 days' ELSE interval '1 day' END FROM generate_series(1, 30) g")
+    db.execute("SELECT ttl.enable('pev', expire_after => '400 days', column_name => 'created_at')")
+    db.execute("SELECT ttl.create_storage('local', %s)", (f"file://{tmp_path}",))
+    db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "local"},
+                  {"after": "400 days", "action": "delete", "archive_before_delete": true}]')""")
+    db.commit()
+    [archived, deleted] = expire(dsn, ["pev"])
+    assert (archived.status, archived.rows_deleted) == ("ok", 20)
+    assert deleted.status == "ok" and deleted.partitions_dropped == 1
+    assert db.execute("SELECT to_regclass('pev_old')").fetchone() == (None,)
+    assert [r[0] for r in db.execute("SELECT id FROM pev ORDER BY id").fetchall()] == list(range(21, 31))
+    files = sorted(str(p) for p in tmp_path.rglob("*.parquet"))
+    ids = duckdb.connect().execute("SELECT id FROM read_parquet(?) ORDER BY id", [files]).fetchall()
+    assert [i for (i,) in ids] == list(range(1, 21))
+
+
+@pytest.mark.parametrize("spec, error", [
+    ('[{"after": "30 days", "to": "local", "archive_before_delete": true}]',
+     '"archive_before_delete" belongs to the final'),
+    ('[{"after": "30 days", "to": "local"}, {"after": "400 days", "action": "delete", "archive_before_delete": 1}]',
+     '"archive_before_delete" must be true or false, got 1'),
+    ('[{"after": "400 days", "action": "delete", "archive_before_delete": true}]', "needs a storage tier"),
+    ('[{"after": "30 days", "to": "local", "archive_befor_delete": true}]', 'unknown key "archive_befor_delete"'),
+    ('[{"after": "30 days", "to": "local", "action": "delete"}]', "not both"),
+])
+def test_bad_archive_before_delete_is_refused_and_changes_nothing(db: psycopg.Connection[Any], tmp_path: Path,
+                                                                 spec: str, error: str) -> None:
+    _events(db, tmp_path)
+    db.execute(_tiers(ABD))
+    db.commit()
+    state = ("SELECT (SELECT json_agg(t ORDER BY position) FROM ttl.tier t),"
+             " (SELECT expire_after FROM ttl.policy)")
+    before = db.execute(state).fetchone()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=error):
+        db.execute(_tiers(spec))
+    db.rollback()
+    assert db.execute(state).fetchone() == before
+    assert db.execute("SELECT archive_before_delete FROM ttl.tier").fetchall() == [(True,)]
+
+
+def test_archive_before_delete_in_ttl_ddl_describe_and_dump(db: psycopg.Connection[Any], tmp_path: Path, dsn: str,
+                                                            cli: Any) -> None:
+    from pg_ttl.ddl.apply import apply
+
+    _events(db, tmp_path)
+    spec = ('[{"after": "20 days", "to": "local"},'
+            ' {"after": "300 days", "action": "delete", "archive_before_delete": true}]')
+    apply(db, f"ALTER TABLE events SET (ttl_tiers = '{spec}');", "m.sql")
+    db.commit()
+    assert db.execute("SELECT value FROM ttl.describe('events') WHERE option = 'ttl_tiers'").fetchone() == (spec,)
+    assert db.execute("SELECT expire_after::text FROM ttl.policy").fetchone() == ("300 days",)
+    assert "archive_before_delete" in cli("describe", "events", "--dsn", dsn).stdout
+    dumped = cli("dump", "events", "--dsn", dsn).stdout
+    assert f"ttl_tiers = '{spec}'" in dumped, dumped
+    apply(db, "ALTER TABLE events RESET (ttl_tiers);", "m.sql")
+    db.commit()
+    assert db.execute("SELECT count(*) FROM ttl.tier").fetchone() == (0,)
+    apply(db, dumped, "dump.sql")  # the dump recreates them, the option included
+    db.commit()
+    assert db.execute("SELECT after::text, storage, archive_before_delete FROM ttl.tier").fetchall() == [
+        ("20 days", "local", True)]
+    assert db.execute("SELECT expire_after::text FROM ttl.policy").fetchone() == ("300 days",)
+    # tiers set again without it: replaced, the option too
+    apply(db, "ALTER TABLE events SET (ttl_tiers = '20 days TO local');", "m.sql")
+    db.commit()
+    assert db.execute("SELECT archive_before_delete FROM ttl.tier").fetchall() == [(False,)]
+    assert db.execute("SELECT value FROM ttl.describe('events') WHERE option = 'ttl_tiers'").fetchone() == (
+        "20 days TO local",)
+
+
+def _two_tiers(db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    """events (see _events) with tiers to 'local' at 30 days and 'deep' at 300 days, archiving
+    before the DELETE at 400: rows 21-50 are local's, rows 51-60 deep's."""
+    _events(db, tmp_path / "local")
+    db.execute("SELECT ttl.create_storage('deep', %s)", (f"file://{tmp_path / 'deep'}",))
+    db.execute(_tiers('[{"after": "30 days", "to": "local"}, {"after": "300 days", "to": "deep"},'
+                      ' {"after": "400 days", "action": "delete", "archive_before_delete": true}]'))
+    db.commit()
+
+
+def test_history_and_metrics_count_bytes_and_objects_per_tier(db: psycopg.Connection[Any], dsn: str,
+                                                              tmp_path: Path) -> None:
+    import urllib.request
+
+    from pg_ttl.worker.metrics import WorkerMetrics
+
+    _two_tiers(db, tmp_path)
+    metrics = WorkerMetrics("w1")
+    try:
+        results = expire(dsn, ["events"])
+        for result in results:
+            metrics.record_run("app", "events", result)
+        per_tier: dict[tuple[str, int], list[int]] = {}
+        for storage, tier, rows, size, _ in _manifest(db).values():
+            counted = per_tier.setdefault((storage, tier), [0, 0, 0])
+            counted[0], counted[1], counted[2] = counted[0] + rows, counted[1] + size, counted[2] + 1
+        assert {k: v[0] for k, v in per_tier.items()} == {("local", 1): 30, ("deep", 2): 10}
+        # the archive unit's history: rows moved, bytes and objects written
+        unit = db.execute("SELECT rows_deleted, bytes_archived, objects_archived FROM ttl.run_unit"
+                          " WHERE run_id = %s AND action = 'archive'", (results[0].run_id,)).fetchone()
+        assert unit == tuple(sum(v[i] for v in per_tier.values()) for i in range(3))
+        assert db.execute("SELECT sum(bytes_archived) FROM ttl.run_unit WHERE action <> 'archive'").fetchone() == (0,)
+        for (storage, tier), (_, size, objects) in per_tier.items():
+            labels = {"database": "app", "table": "events", "storage": storage, "tier": str(tier)}
+            assert metrics.registry.get_sample_value("pg_ttl_archive_bytes_total", labels) == size > 0
+            assert metrics.registry.get_sample_value("pg_ttl_archive_objects_total", labels) == objects > 0
+        assert metrics.registry.get_sample_value("pg_ttl_rows_archived_total",
+                                                 {"database": "app", "table": "events"}) == 40
+        # served by the worker's endpoint
+        port = metrics.serve("127.0.0.1", 0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert f'pg_ttl_archive_bytes_total{{database="app",storage="deep",table="events",tier="2"}} ' \
+               f'{float(per_tier[("deep", 2)][1])}' in text
+        assert 'pg_ttl_archive_objects_total{database="app",storage="local",table="events",tier="1"}' in text
+        metrics.forget_table("app", "events")
+        assert metrics.registry.get_sample_value("pg_ttl_archive_bytes_total", {
+            "database": "app", "table": "events", "storage": "deep", "tier": "2"}) is None
+    finally:
+        metrics.shutdown()
+
+
+def test_status_shows_the_archive_backlog_per_tier(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+                                                   cli: Any) -> None:
+    import json
+
+    _two_tiers(db, tmp_path)
+
+    def backlog(*flags: str) -> list[dict[str, Any]]:
+        result = cli("status", "events", "--dsn", dsn, "--json", *flags)
+        assert result.returncode == 0, result.stderr
+        return list(json.loads(result.stdout)["tables"][0]["archive_backlog"])
+
+    assert backlog() == [{"tier": 1, "storage": "local", "rows": 30, "exact": True},
+                         {"tier": 2, "storage": "deep", "rows": 10, "exact": True}]
+    assert [b["rows"] for b in backlog("--no-estimates")] == [None, None]
+    text = cli("status", "--dsn", dsn).stdout
+    assert "to archive" in text and "local 30, deep 10" in text, text
+    expire(dsn, ["events"])
+    assert [(b["rows"], b["exact"]) for b in backlog()] == [(0, True), (0, True)]
+    # a table without tiers has no archive backlog
+    db.execute("CREATE TABLE plain (at timestamptz)")
+    db.execute("SELECT ttl.enable('plain', expire_after => '1 day', column_name => 'at')")
+    db.commit()
+    result = json.loads(cli("status", "plain", "--dsn", dsn, "--json").stdout)
+    assert result["tables"][0]["archive_backlog"] == []
+
+
+def test_status_estimates_the_archive_backlog_of_a_large_table(db: psycopg.Connection[Any], tmp_path: Path,
+                                                               connect: Any, monkeypatch: Any) -> None:
+    from pg_ttl.worker import status
+
+    db.execute("CREATE TABLE big (id int PRIMARY KEY, created_at timestamptz NOT NULL, pad text)")
+    db.execute("INSERT INTO big SELECT g, now() - CASE WHEN g % 4 = 0 THEN interval '40 days'"
+               " ELSE interval '1 day' END, repeat('x', 100) FROM generate_series(1, 40000) g")
+    db.execute("SELECT ttl.enable('big', expire_after => '400 days', column_name => 'created_at')")
+    db.execute("SELECT ttl.create_storage('local', %s)", (f"file://{tmp_path}",))
+    db.execute("""SELECT ttl.set_tiers('big', '[{"after": "30 days", "to": "local"}]')""")
+    db.commit()
+    pages = db.execute("SELECT pg_relation_size('big') / 8192").fetchone()
+    assert pages is not None and pages[0] > 400
+    conn = connect()
+    [exact] = status.collect(conn, "big").tables[0].archive_backlog
+    assert (exact.rows, exact.exact) == (10_000, True)
+    monkeypatch.setattr(status, "ARCHIVE_SCAN_PAGES", 100)  # a sample of about 100 pages
+    [estimate] = status.collect(conn, "big").tables[0].archive_backlog
+    assert not estimate.exact and estimate.rows is not None and 7_000 <= estimate.rows <= 13_000, estimate

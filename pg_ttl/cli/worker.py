@@ -7,11 +7,14 @@ import json
 import shutil
 import sys
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+
+if TYPE_CHECKING:
+    from pg_ttl.worker.status import TierBacklog
 
 WORKER_EPILOG = """\
 Settings: flags, else PGTTL_* environment variables, else the --config file
@@ -62,7 +65,8 @@ def register(sub: Any) -> None:
     p.add_argument("table", nargs="?", default=None, help="only this table")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-estimates", action="store_true",
-                   help="skip backlog and lag (they read each table's TTL index or planner statistics)")
+                   help="skip backlog, lag and archive backlog (they read each table's TTL index, planner "
+                        "statistics, or the rows of a table with tiers)")
     p.add_argument("--lost-after", type=float, default=300.0, metavar="SECONDS",
                    help="show a worker as lost when its heartbeat is older than this and it is not in a run "
                         "(default 300)")
@@ -117,6 +121,12 @@ def _fmt_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _fmt_archive_backlog(tiers: list[TierBacklog]) -> str:
+    """Rows due to move to each storage tier: 'local 30, cold ~1,200' (~: estimated)."""
+    return ", ".join(f"{b.storage} " + ("?" if b.rows is None else f"{'' if b.exact else '~'}{b.rows:,}")
+                     for b in tiers)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from pg_ttl.worker.status import collect
 
@@ -132,7 +142,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print("No TTL policies.")
     else:
         table = Table(title="TTL status")
-        for col in ("table", "schedule", "last run", "rows deleted", "took", "next run (UTC)", "backlog", "lag"):
+        tiered = any(t.archive_backlog for t in status.tables)
+        for col in ("table", "schedule", "last run", "rows deleted", "took", "next run (UTC)", "backlog", "lag",
+                    *(("to archive",) if tiered else ())):
             table.add_column(col)
         for t in status.tables:
             last = t.last_run
@@ -144,7 +156,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 ("[yellow]skipped[/] by " + ", ".join(w["worker"] for w in t.skipped_by) if t.skipped_by
                  else f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never")),
                 "" if t.backlog is None else (str(t.backlog) if t.backlog_exact else f"~{t.backlog} (estimate)"),
-                "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds))
+                "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds),
+                *((_fmt_archive_backlog(t.archive_backlog),) if tiered else ()))
         console.print(table)
         for t in status.tables:
             for skip in t.skipped_by:
@@ -153,6 +166,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if any(t.backlog is not None and not t.backlog_exact for t in status.tables):
             console.print("backlog ~N: the planner's estimate from the last ANALYZE; "
                           "`pg-ttl plan TABLE` shows what a pass would delete.")
+        if any(b.rows is not None and not b.exact for t in status.tables for b in t.archive_backlog):
+            console.print("to archive ~N: estimated from a sample of the table's pages; "
+                          "`pg-ttl plan TABLE` counts what each tier would move.")
     if status.workers:
         workers = Table(title="Workers")
         for col in ("name", "host", "pid", "state", "tables", "last heartbeat"):

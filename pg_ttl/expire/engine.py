@@ -96,8 +96,13 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
             if stop is not None and stop.is_set():
                 break
             if tiers.has_tiers(conn, policy.relid):  # rows that reached a storage tier move first
-                results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
-                                            progress=progress or NullProgress(), worker=worker, kind="archive"))
+                archived = expire_table(conn, policy, cutoff, settings, stop=stop,
+                                        progress=progress or NullProgress(), worker=worker, kind="archive")
+                results.append(archived)
+                # Rows past the DELETE are to be archived first: while their archive run did not
+                # finish (storage down, a row held by the application), none of them is deleted.
+                if archived.status != "ok" and tiers.archives_before_delete(conn, policy.relid):
+                    continue
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
                                         progress=progress or NullProgress(), worker=worker))
         if stop is None or not stop.is_set():  # tables with column TTLs only

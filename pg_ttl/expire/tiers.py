@@ -12,12 +12,22 @@ count), recorded in ``ttl.archive``, then deleted with the tier's condition
 re-checked; the manifest rows commit with the DELETE. A crash at any point
 leaves every row in the table or in exactly one listed object; objects of the
 leaf that the manifest does not list are removed when the leaf is next
-archived.
+archived. The unit's history row counts the rows moved (rows_deleted), the
+bytes and the objects written, in the same transaction.
+
+With ``archive_before_delete`` (sql/82_tiers.sql: ttl.tier_sql) the last
+storage tier also takes the rows already past the final DELETE; the archive
+run comes before the deletion run of the same pass, at the same cutoff, so
+the rows it can lock are archived before anything deletes them.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -54,13 +64,65 @@ SELECT a.attname FROM pg_catalog.pg_index i
 """
 ACCOUNT = """
 UPDATE ttl.run_unit SET rows_selected = rows_selected + %(n)s, rows_deleted = rows_deleted + %(n)s,
+       bytes_archived = bytes_archived + %(bytes)s, objects_archived = objects_archived + %(objects)s,
        checkpoint = %(cp)s
  WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
 """
 
 
+@dataclass
+class Moved:
+    """What a run moved to one tier (committed): rows, bytes (Parquet; 0 for a PostgreSQL
+    storage) and objects (Parquet objects; batches for a PostgreSQL storage)."""
+
+    storage: str
+    tier: int
+    rows: int = 0
+    bytes: int = 0
+    objects: int = 0
+
+
+# What each archive unit moved, per tier, by (run id, leaf oid): the engine's results carry
+# rows only, and a caller that reads a run's result takes the rest from here (the worker's
+# metrics: moved()). Oids are unique in a cluster and run ids in a database, so the runs of
+# several databases (one worker thread each) do not mix. A caller that never takes them
+# (pg-ttl run) leaves at most _KEPT_UNITS behind.
+_KEPT_UNITS = 4096
+_moved: OrderedDict[tuple[int, int], dict[tuple[str, int], Moved]] = OrderedDict()
+_moved_lock = threading.Lock()
+
+
+def _count_moved(run_id: int, unit: int, storage: str, tier: int, rows: int, size: int, objects: int) -> None:
+    with _moved_lock:
+        per_tier = _moved.setdefault((run_id, unit), {})
+        _moved.move_to_end((run_id, unit))
+        while len(_moved) > _KEPT_UNITS:
+            _moved.popitem(last=False)
+        m = per_tier.setdefault((storage, tier), Moved(storage, tier))
+        m.rows, m.bytes, m.objects = m.rows + rows, m.bytes + size, m.objects + objects
+
+
+def moved(run_id: int | None, units: Iterable[int | None]) -> list[Moved]:
+    """What the archive units ``units`` (leaf oids) of run ``run_id`` moved, summed per tier,
+    in tier order; taken: a second call returns nothing."""
+    total: dict[tuple[str, int], Moved] = {}
+    with _moved_lock:
+        found = [_moved.pop((run_id, unit), {}) for unit in units if run_id is not None and unit is not None]
+    for per_tier in found:
+        for key, m in per_tier.items():
+            t = total.setdefault(key, Moved(m.storage, m.tier))
+            t.rows, t.bytes, t.objects = t.rows + m.rows, t.bytes + m.bytes, t.objects + m.objects
+    return [total[k] for k in sorted(total, key=lambda k: (k[1], k[0]))]
+
+
 def has_tiers(conn: psycopg.Connection[Any], relid: int) -> bool:
     return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s LIMIT 1", (relid,)).fetchone() is not None
+
+
+def archives_before_delete(conn: psycopg.Connection[Any], relid: int) -> bool:
+    """Rows past the DELETE are archived first (the deletion waits for a complete archive run)."""
+    return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s AND archive_before_delete LIMIT 1",
+                        (relid,)).fetchone() is not None
 
 
 def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:
@@ -95,14 +157,23 @@ def archive(ctx: UnitContext) -> str:
         assert pred is not None
         block = int(cp["from"]) if cp is not None and cp["tier"] == position else 0
         cp = None
-        if _sweep(ctx, columns, select, sql.SQL(pred[0]), int(position), storage, block) == "partial":
-            return "partial"
+        # This tier also takes the rows past the DELETE (archive_before_delete): the deletion run
+        # waits for an archive run that left none of them behind (sql/82_tiers.sql).
+        before_delete = conn.execute("SELECT archive_before_delete FROM ttl.tier WHERE relid = %s AND position = %s",
+                                     (policy.relid, position)).fetchone()
+        done = _sweep(ctx, columns, select, sql.SQL(pred[0]), int(position), storage, block,
+                      count_left=bool(before_delete and before_delete[0]))
+        if done != "ok":
+            return done
     return "ok"
 
 
 def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composable, pred: sql.Composable,
-           tier: int, storage: BaseStorage | PostgresTarget, block: int) -> str:
+           tier: int, storage: BaseStorage | PostgresTarget, block: int, *, count_left: bool = False) -> str:
+    """'ok', or 'partial': stopped, or (``count_left``) rows of a range were left behind, held by
+    the application (SKIP LOCKED)."""
     conn, unit = ctx.conn, ctx.unit
+    first_left: int | None = None  # the first range where the application held rows
     size = conn.execute("SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / "
                         "pg_catalog.current_setting('block_size')::int8, "
                         "(SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 100 END"
@@ -121,26 +192,39 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
         with conn.transaction():
             rows = conn.execute(sql.SQL("SELECT {} FROM ONLY {} WHERE {} FOR UPDATE SKIP LOCKED").format(
                 select, unit.ident, where)).fetchall()
-            moved = _move(ctx, columns, rows, tier, storage, where) if rows else 0
-            conn.execute(ACCOUNT, {"n": moved, "run_id": ctx.run_id, "unit": unit.relid,
+            n, size, objects = _move(ctx, columns, rows, tier, storage, where) if rows else (0, 0, 0)
+            if count_left and first_left is None and conn.execute(sql.SQL(
+                    "SELECT 1 FROM ONLY {} WHERE {} LIMIT 1").format(unit.ident, where)).fetchone() is not None:
+                first_left = block
+            conn.execute(ACCOUNT, {"n": n, "bytes": size, "objects": objects, "run_id": ctx.run_id,
+                                   "unit": unit.relid,
                                    "cp": Jsonb({"strategy": "archive", "tier": tier, "from": hi})})
-        ctx.selected += moved
-        ctx.deleted += moved
-        ctx.progress.batch_done(ctx.policy.name, unit.name, moved, moved)
-        ctx.delete_limiter.add(moved)
+        if n:  # committed
+            _count_moved(ctx.run_id, unit.relid, storage.name, tier, n, size, objects)
+        ctx.selected += n
+        ctx.deleted += n
+        ctx.progress.batch_done(ctx.policy.name, unit.name, n, n)
+        ctx.delete_limiter.add(n)
         block = hi
-    return "ok"
+    if first_left is None:
+        return "ok"
+    # Resumed from there: a later range's checkpoint must not skip the rows left behind.
+    conn.execute(ACCOUNT, {"n": 0, "bytes": 0, "objects": 0, "run_id": ctx.run_id, "unit": unit.relid,
+                           "cp": Jsonb({"strategy": "archive", "tier": tier, "from": first_left})})
+    return "partial"
 
 
 def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
-          storage: BaseStorage | PostgresTarget, where: sql.Composable) -> int:
+          storage: BaseStorage | PostgresTarget, where: sql.Composable) -> tuple[int, int, int]:
     """Write, verify and record the rows (one object per day of the TTL column, or one
-    batch into a PostgreSQL table), then delete them; in the caller's transaction."""
+    batch into a PostgreSQL table), then delete them; in the caller's transaction.
+    Returns the rows deleted, the bytes and the objects written."""
     conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
     width = len(columns)
     if isinstance(storage, PostgresTarget):
         _to_postgres(ctx, columns, rows, tier, storage)
-        return _delete(ctx, rows, width, where)
+        return _delete(ctx, rows, width, where), 0, 1
+    size = 0
     by_day: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
         by_day.setdefault(r[width + 2], []).append(r)
@@ -155,7 +239,8 @@ def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any,
         conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
                                 "key": key, "rows": len(group), "bytes": len(data), "sha": parquet.sha256(data),
                                 "min": min(times), "max": max(times), "run": ctx.run_id})
-    return _delete(ctx, rows, width, where)
+        size += len(data)
+    return _delete(ctx, rows, width, where), size, len(by_day)
 
 
 def _to_postgres(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,

@@ -98,6 +98,12 @@ class WorkerMetrics:
         self.rows_archived = Counter("pg_ttl_rows_archived",
                                      "Rows moved to storage by a tier (and deleted: also in pg_ttl_rows_deleted)",
                                      by_table, registry=r)
+        by_tier = [*by_table, "storage", "tier"]
+        self.archive_bytes = Counter("pg_ttl_archive_bytes", "Bytes a tier wrote to storage (Parquet objects; "
+                                     "0 for a PostgreSQL storage)", by_tier, registry=r)
+        self.archive_objects = Counter("pg_ttl_archive_objects", "Objects a tier wrote to storage (Parquet "
+                                       "objects; batches for a PostgreSQL storage)", by_tier, registry=r)
+        self._tier_series: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (db, table) -> {(storage, tier)}
         self.partitions_dropped = Counter("pg_ttl_partitions_dropped", "Expired partitions dropped", by_table,
                                           registry=r)
         self.partitions_detached = Counter("pg_ttl_partitions_detached", "Expired partitions detached", by_table,
@@ -142,6 +148,15 @@ class WorkerMetrics:
         self.rows_nulled.labels(*labels).inc(result.values_nulled)
         self.orphans_deleted.labels(*labels).inc(result.orphans_deleted)
         self.rows_archived.labels(*labels).inc(result.rows_archived)
+        archive_units = [u.relid for u in result.units if u.action == "archive"]
+        if archive_units:
+            from pg_ttl.expire.tiers import moved
+
+            for m in moved(result.run_id, archive_units):  # per storage tier (pg_ttl/expire/tiers.py)
+                tier = (m.storage, str(m.tier))
+                self._tier_series.setdefault(labels, set()).add(tier)
+                self.archive_bytes.labels(*labels, *tier).inc(m.bytes)
+                self.archive_objects.labels(*labels, *tier).inc(m.objects)
         self.partitions_dropped.labels(*labels).inc(result.partitions_dropped)
         self.partitions_detached.labels(*labels).inc(result.partitions_detached)
         self.runs.labels(*labels, result.status).inc()
@@ -172,6 +187,10 @@ class WorkerMetrics:
         for status in ("ok", "partial", "failed", "paused", "busy"):
             with contextlib.suppress(KeyError):
                 self.runs.remove(db, table, status)
+        for tier in self._tier_series.pop((db, table), set()):
+            for metric in (self.archive_bytes, self.archive_objects):
+                with contextlib.suppress(KeyError):
+                    metric.remove(db, table, *tier)
         self.lag.forget(db, table)
 
     def serve(self, host: str, port: int) -> int:

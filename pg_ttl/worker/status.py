@@ -3,7 +3,9 @@
 Read-only. The backlog is the number of expired rows still present: counted when an index finds
 them and there are at most EXACT_COUNT_LIMIT per unit, else the planner's estimate (EXPLAIN, no
 scan); the lag the age of the oldest of them (one index probe per partition when the TTL column
-is indexed).
+is indexed). A table with tiers also has an archive backlog per storage tier: the rows that
+tier would move now (ttl.tier_sql), counted when the table is at most ARCHIVE_SCAN_PAGES pages,
+else estimated from a sample of about that many pages.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused, p.manua
        r.partitions_dropped, r.partitions_detached, r.error,
        -- read by PostgreSQL, as the worker and ttl.enable read it; no setting: no minimum
        coalesce((SELECT extract(epoch FROM s.value::interval)::float8 FROM ttl.settings s
-                  WHERE s.name = 'min_job_interval'), 0) AS min_interval_s
+                  WHERE s.name = 'min_job_interval'), 0) AS min_interval_s,
+       (SELECT json_agg(json_build_array(t.position, t.storage) ORDER BY t.position)
+          FROM ttl.tier t WHERE t.relid = p.relid) AS tiers
   FROM ttl.worker_tables p
   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
   LEFT JOIN LATERAL (SELECT * FROM ttl.run r WHERE r.relid = p.relid AND r.status <> 'busy'
@@ -69,6 +73,16 @@ class LastRun:
 
 
 @dataclass
+class TierBacklog:
+    """Rows one storage tier would move now (``rows`` None: not looked at, or not allowed to)."""
+
+    tier: int  # its position in the table's tiers
+    storage: str
+    rows: int | None
+    exact: bool = False  # counted; False: estimated from a sample of the table's pages
+
+
+@dataclass
 class TableStatus:
     table: str
     job_cron: str
@@ -85,6 +99,8 @@ class TableStatus:
     backlog_exact: bool = False
     # Workers that skip this table because their role cannot act as its owner: [{worker, reason}].
     skipped_by: list[dict[str, str]] = field(default_factory=list)
+    # Per storage tier, in order (empty: no tiers): rows due to move there now.
+    archive_backlog: list[TierBacklog] = field(default_factory=list)
 
 
 @dataclass
@@ -167,6 +183,63 @@ def backlog(conn: psycopg.Connection[Any], relid: int) -> tuple[int, bool] | Non
         return None
 
 
+# The archive backlog is counted (a scan of the table, ~20 MB at most) when the table's leaves hold
+# at most this many pages; beyond it, estimated from a sample of about this many pages
+# (TABLESAMPLE SYSTEM: whole pages, chosen at random).
+ARCHIVE_SCAN_PAGES = 2_560
+LEAF_PAGES = """
+SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / pg_catalog.current_setting('block_size')::int8
+"""
+
+
+def archive_backlog(conn: psycopg.Connection[Any], relid: int, tiers: list[tuple[int, str]]) -> list[TierBacklog]:
+    """Per storage tier ``(position, storage)``: the rows it would move now, read as the table's
+    owner (its row security applies as it does to the engine); rows None when the caller may not
+    act as the owner or the table changed meanwhile."""
+    from pg_ttl.expire import owner
+    from pg_ttl.expire.predicate import load_policies
+    from pg_ttl.expire.tiers import archive_units
+
+    out = [TierBacklog(position, storage, None) for position, storage in tiers]
+    if not out:
+        return out
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true)").fetchone()
+            assert row is not None
+            policies = load_policies(conn, [relid])
+            if not policies:
+                return out
+            policy = policies[0]
+            preds = []
+            for t in out:  # the one definition of what a tier moves (sql/82_tiers.sql)
+                found = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (relid, t.tier, row[0])).fetchone()
+                assert found is not None
+                preds.append(sql.SQL(found[0]))
+            owner.become(conn, policy.owner, policy.name, local=True)
+            leaves = archive_units(conn, policy)
+            pages = {u.relid: int((conn.execute(LEAF_PAGES, (u.relid,)).fetchone() or (0,))[0]) for u in leaves}
+            total = sum(pages.values())
+            exact = total <= ARCHIVE_SCAN_PAGES
+            percent = 100.0 if exact else 100.0 * ARCHIVE_SCAN_PAGES / total
+            sample = sql.SQL("") if exact else sql.SQL(" TABLESAMPLE SYSTEM ({}) REPEATABLE (0)").format(
+                sql.Literal(percent))
+            counts = [0] * len(out)
+            for unit in leaves:
+                if not pages[unit.relid]:
+                    continue
+                found = conn.execute(sql.SQL("SELECT {} FROM ONLY {}{}").format(
+                    sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(p) for p in preds),
+                    unit.ident, sample)).fetchone()
+                assert found is not None
+                counts = [c + int(n) for c, n in zip(counts, found, strict=True)]
+            for t, n in zip(out, counts, strict=True):
+                t.rows, t.exact = (n, True) if exact else (round(n * 100.0 / percent), False)
+            return out
+    except (psycopg.Error, owner.NotOwner):
+        return [TierBacklog(t.tier, t.storage, None) for t in out]
+
+
 def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: datetime | None = None,
             estimates: bool = True, lost_after: float = LOST_AFTER) -> Status:
     """The status of every TTL table (or one); ``conn`` is autocommit.
@@ -200,7 +273,10 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         lag: float | None = None
         backlog_rows: int | None = None
         exact = False
+        tiers = [(int(position), str(storage)) for position, storage in r["tiers"] or []]
+        to_archive = [TierBacklog(position, storage, None) for position, storage in tiers]
         if estimates:
+            to_archive = archive_backlog(conn, entry.relid, tiers)
             try:
                 oldest = oldest_expired(conn, entry.relid)
                 if oldest is not None and oldest.tzinfo is None:
@@ -219,5 +295,6 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         status.tables.append(TableStatus(
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
             last_run=last, next_run=sched.next_run(entry, now), backlog=backlog_rows, lag_seconds=lag,
-            oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or []))
+            oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or [],
+            archive_backlog=to_archive))
     return status
