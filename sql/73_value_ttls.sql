@@ -38,15 +38,6 @@ AS $fn$
                         FROM pg_catalog.jsonb_each(cells) AS c) END
 $fn$;
 
--- The entry of a value written now with TTL `ttl` (NULL or 0: never).
-CREATE OR REPLACE FUNCTION ttl._value_entry(ttl interval) RETURNS jsonb
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT jsonb_build_array(extract(epoch FROM now()),
-                             CASE WHEN ttl IS NULL OR ttl = interval '0' THEN NULL
-                                  ELSE extract(epoch FROM now() + ttl) END)
-$fn$;
 
 -- The marker column's DEFAULT on a CQL-style table: the statement's USING TTL
 -- when there is one (0: never), else the table default (0: never). Inline SQL,
@@ -75,48 +66,41 @@ $fn$;
 
 -- BEFORE UPDATE OF <column> on a CQL-style table: the value's write.
 -- TG_ARGV: the table (a partition's trigger is a clone: it names the
--- partitioned table), the column's and the values column's attnums there, the
--- table default TTL. Attnums and the table's own names: renames keep working.
+-- partitioned table), the column's and the values column's attnums there
+-- (the entry's key), the table default TTL, then the column's and the values
+-- column's names (no catalog lookup per row; ALTER TABLE's event trigger makes
+-- the triggers again after a rename).
 CREATE OR REPLACE FUNCTION ttl._write_value() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    ovr text;
+    life interval;
     cells jsonb;
-    col name;
-    vals name;
 BEGIN
     -- The engine nulling expired values is not a write.
     IF current_setting('pg_ttl.expiring', true) = 'on' THEN
         RETURN NEW;
     END IF;
-    SELECT max(attname::text) FILTER (WHERE attnum = TG_ARGV[1]::smallint),
-           max(attname::text) FILTER (WHERE attnum = TG_ARGV[2]::smallint)
-      INTO col, vals
-      FROM pg_attribute WHERE attrelid = TG_ARGV[0]::oid AND attnum IN (TG_ARGV[1]::smallint, TG_ARGV[2]::smallint);
-    IF vals = 'ttl_values' THEN
+    IF TG_ARGV[5] = 'ttl_values' THEN
         cells := NEW.ttl_values;
     ELSE
-        cells := to_jsonb(NEW) -> vals;
-        IF jsonb_typeof(cells) = 'null' THEN
-            cells := NULL;
-        END IF;
+        cells := nullif(to_jsonb(NEW) -> TG_ARGV[5], 'null'::jsonb);
     END IF;
-    IF jsonb_typeof(to_jsonb(NEW) -> col) = 'null' THEN
-        cells := cells - TG_ARGV[1];  -- a NULL has no TTL
-        IF cells = '{}'::jsonb THEN
-            cells := NULL;
-        END IF;
+    IF jsonb_typeof(to_jsonb(NEW) -> TG_ARGV[4]) = 'null' THEN
+        cells := nullif(cells - TG_ARGV[1], '{}'::jsonb);  -- a NULL has no TTL
     ELSE
-        ovr := nullif(current_setting('pg_ttl.row_ttl', true), '');
+        -- (inline: a SQL function would be planned again in every transaction)
+        life := coalesce(nullif(current_setting('pg_ttl.row_ttl', true), ''), TG_ARGV[3])::interval;
         cells := coalesce(cells, '{}'::jsonb)
-                 || jsonb_build_object(TG_ARGV[1], ttl._value_entry(coalesce(ovr, TG_ARGV[3])::interval));
+                 || jsonb_build_object(TG_ARGV[1], jsonb_build_array(
+                        extract(epoch FROM now()),
+                        CASE WHEN life = interval '0' THEN NULL ELSE extract(epoch FROM now() + life) END));
     END IF;
-    IF vals = 'ttl_values' THEN
+    IF TG_ARGV[5] = 'ttl_values' THEN
         NEW.ttl_values := cells;
     ELSE
-        NEW := jsonb_populate_record(NEW, jsonb_build_object(vals, cells));
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[5], cells));
     END IF;
     RETURN NEW;
 END
@@ -302,6 +286,16 @@ BEGIN
 END
 $fn$;
 
+-- The arguments of a value column's trigger (ttl._write_value), as SQL literals.
+CREATE OR REPLACE FUNCTION ttl._value_trigger_args(p ttl.policy, c smallint) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('%L, %L, %L, %L, %L, %L', p.relid::text, c::text, p.row_values_attnum::text,
+                  coalesce(p.expire_after, interval '0')::text, ttl._attname(p.relid, c),
+                  ttl._attname(p.relid, p.row_values_attnum))
+$fn$;
+
 -- A CQL-style table's value triggers as the catalog says: one per value column.
 CREATE OR REPLACE FUNCTION ttl._value_triggers_sync(tbl oid) RETURNS void
 LANGUAGE plpgsql
@@ -324,9 +318,8 @@ BEGIN
                    ttl._attname(tbl, p.row_write_attnum), tbl::regclass, tbl::text);
     FOR c IN SELECT * FROM ttl._value_columns(p) LOOP
         EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE OF %I ON %s FOR EACH ROW '
-                       'EXECUTE FUNCTION ttl._write_value(%L, %L, %L, %L)', 'ttl_value_' || c,
-                       ttl._attname(tbl, c), tbl::regclass, tbl::text, c::text,
-                       p.row_values_attnum::text, coalesce(p.expire_after, interval '0')::text);
+                       'EXECUTE FUNCTION ttl._write_value(%s)', 'ttl_value_' || c,
+                       ttl._attname(tbl, c), tbl::regclass, ttl._value_trigger_args(p, c));
     END LOOP;
 END
 $fn$;
@@ -337,9 +330,12 @@ CREATE OR REPLACE FUNCTION ttl._value_triggers_stale(tbl oid) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT coalesce(array_agg(t.tgname::text ORDER BY t.tgname::text), '{}')
+    -- each trigger's name and its column's name as its fifth argument (tgargs: the
+    -- arguments, each followed by a zero byte)
+    SELECT coalesce(array_agg(t.tgname::text || ':' || split_part(encode(t.tgargs, 'escape'), '\000', 5)
+                              ORDER BY t.tgname::text), '{}')
            IS DISTINCT FROM
-           coalesce((SELECT array_agg('ttl_value_' || c ORDER BY 'ttl_value_' || c)
+           coalesce((SELECT array_agg('ttl_value_' || c || ':' || ttl._attname(p.relid, c) ORDER BY 'ttl_value_' || c)
                        FROM ttl.policy p, ttl._value_columns(p) AS c WHERE p.relid = tbl), '{}')
       FROM pg_trigger t
      WHERE t.tgrelid = tbl AND t.tgname ~ '^ttl_value_[0-9]+$' AND NOT t.tgisinternal
@@ -370,20 +366,7 @@ AS $fn$
                         FROM pg_catalog.jsonb_each(cells) AS c) END
 $fn$;
 
-CREATE OR REPLACE FUNCTION ttl._round_up(t timestamptz, step interval) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT CASE WHEN t IS NULL OR NOT isfinite(t) THEN t
-                ELSE to_timestamp(ceil(extract(epoch FROM t) / extract(epoch FROM step)) * extract(epoch FROM step)) END
-$fn$;
 
-CREATE OR REPLACE FUNCTION ttl._partition_expiry_step() RETURNS interval
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT coalesce((SELECT value::interval FROM ttl.settings WHERE name = 'partition_expiry_step'), interval '1 hour')
-$fn$;
 
 -- Raise a partition's record to (write, expiry), rounded up. Only ever raises
 -- (anyone may: at worst a partition is kept longer). complete: the caller has
@@ -398,15 +381,24 @@ SECURITY DEFINER  -- the application's writes record it; nobody else may write t
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    step interval := ttl._partition_expiry_step();
+    step float8;
     rec ttl.partition_expiry;
 BEGIN
     IF complete AND NOT pg_has_role(session_user, (SELECT relowner FROM pg_class WHERE oid = part), 'MEMBER') THEN
         RAISE EXCEPTION 'only the owner of % may record it as counted', part::regclass
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    write := ttl._round_up(coalesce(write, '-infinity'), step);
-    expiry := ttl._round_up(coalesce(expiry, 'infinity'), step);
+    -- (inline, not ttl._round_up: a SQL function is planned again in every transaction)
+    step := extract(epoch FROM coalesce((SELECT value::interval FROM ttl.settings WHERE name = 'partition_expiry_step'),
+                                        interval '1 hour'));
+    write := coalesce(write, '-infinity');
+    IF isfinite(write) THEN
+        write := to_timestamp(ceil(extract(epoch FROM write) / step) * step);
+    END IF;
+    expiry := coalesce(expiry, 'infinity');
+    IF isfinite(expiry) THEN
+        expiry := to_timestamp(ceil(extract(epoch FROM expiry) / step) * step);
+    END IF;
     SELECT * INTO rec FROM ttl.partition_expiry WHERE relid = part;
     -- Usually nothing to raise: no row lock, so concurrent writers never wait here.
     IF FOUND AND rec.latest_write >= write AND rec.latest_expiry >= expiry AND (rec.complete OR NOT complete) THEN
@@ -437,7 +429,8 @@ DECLARE
     latest timestamptz;
 BEGIN
     IF TG_ARGV[0] = 'ttl_expires_at' AND TG_ARGV[1] = 'ttl_values' THEN
-        e := ttl.latest_expiry(NEW.ttl_expires_at, NEW.ttl_values);
+        e := CASE WHEN NEW.ttl_values IS NULL THEN NEW.ttl_expires_at
+                  ELSE ttl.latest_expiry(NEW.ttl_expires_at, NEW.ttl_values) END;
     ELSIF TG_ARGV[0] = 'ttl_expires_at' AND TG_ARGV[1] = '' THEN
         e := NEW.ttl_expires_at;
     ELSE
@@ -599,3 +592,8 @@ SELECT ttl._partition_tracking_sync(p.relid)
   FROM ttl.policy p JOIN pg_class c ON c.oid = p.relid
  WHERE p.row_expiry_attnum IS NOT NULL AND c.relkind = 'p'
    AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = p.relid AND t.tgname = 'ttl_partition_expiry');
+
+-- CQL-style tables whose value triggers an older version made: made again.
+SELECT ttl._value_triggers_sync(p.relid)
+  FROM ttl.policy p
+ WHERE p.value_ttls AND ttl._value_triggers_stale(p.relid);
