@@ -380,6 +380,37 @@ def test_plan_and_lag_read_the_queue(db: psycopg.Connection[Any], dsn: str, cli:
     assert db.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the plan changed nothing
 
 
+def test_status_shows_each_shards_backlog_read_from_the_queue(db: psycopg.Connection[Any], dsn: str,
+                                                              cli: Any) -> None:
+    import json
+
+    from pg_ttl.worker import status as status_mod
+
+    _table(db, 1000, 10, shards=3)  # 100 expired
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.commit()
+    name = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue WHERE relid = 't'::regclass").fetchone()
+    assert name is not None
+    want = dict(db.execute(f"SELECT shard, count(*) FROM {name[0]} WHERE expires_at <= now() GROUP BY 1").fetchall())
+    assert sum(want.values()) == 100
+    [table] = status_mod.collect(db, "t").tables
+    assert [(b.shard, b.rows, b.exact) for b in table.queue_backlog] == [
+        (shard, want.get(shard, 0), True) for shard in range(3)]
+    assert (table.backlog, table.backlog_exact) == (100, True)
+    shown = json.loads(cli("status", "t", "--json", "--dsn", dsn).stdout)["tables"][0]
+    assert shown["queue_backlog"] == [{"shard": b.shard, "rows": b.rows, "exact": True} for b in table.queue_backlog]
+    out = cli("status", "t", "--dsn", dsn).stdout
+    assert "100 (shards " + ", ".join(str(want.get(s, 0)) for s in range(3)) + ")" in out
+    # a count stops at its limit: then it says "at least"
+    status_mod.EXACT_COUNT_LIMIT, limit = 10, status_mod.EXACT_COUNT_LIMIT
+    try:
+        [capped] = status_mod.collect(db, "t").tables
+    finally:
+        status_mod.EXACT_COUNT_LIMIT = limit
+    assert [(b.rows, b.exact) for b in capped.queue_backlog] == [(10, False)] * 3
+    assert (capped.backlog, capped.backlog_exact) == (30, False)
+
+
 def test_a_timestamp_key_finds_its_entry_whatever_the_writers_time_zone(db: psycopg.Connection[Any],
                                                                         connect: Any) -> None:
     db.execute("CREATE TABLE ev (at timestamptz PRIMARY KEY, v timestamptz)")

@@ -14,7 +14,7 @@ from rich.table import Table
 from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
 
 if TYPE_CHECKING:
-    from pg_ttl.worker.status import TierBacklog
+    from pg_ttl.worker.status import TableStatus, TierBacklog
 
 WORKER_EPILOG = """\
 Settings: flags, else PGTTL_* environment variables, else the --config file
@@ -127,6 +127,17 @@ def _fmt_archive_backlog(tiers: list[TierBacklog]) -> str:
                      for b in tiers)
 
 
+def _fmt_backlog(t: TableStatus) -> str:
+    """'12' (counted), '~12 (estimate)', or for a table with an expiration queue its shards'
+    counts: '12 (shards 5, 0, 7)', with '>=' where a shard's count stopped at its limit."""
+    if t.backlog is None:
+        return ""
+    if t.queue_backlog:
+        shards = ", ".join(f"{'' if b.exact else '>='}{b.rows:,}" for b in t.queue_backlog)
+        return f"{'' if t.backlog_exact else '>='}{t.backlog:,} (shards {shards})"
+    return f"{t.backlog:,}" if t.backlog_exact else f"~{t.backlog:,} (estimate)"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from pg_ttl.worker.status import collect
 
@@ -155,7 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 str(last.rows_deleted) if last else "", _fmt_duration(last.duration) if last else "",
                 ("[yellow]skipped[/] by " + ", ".join(w["worker"] for w in t.skipped_by) if t.skipped_by
                  else f"{t.next_run:%Y-%m-%d %H:%M:%S}" if t.next_run else (t.schedule_error or "never")),
-                "" if t.backlog is None else (str(t.backlog) if t.backlog_exact else f"~{t.backlog} (estimate)"),
+                _fmt_backlog(t),
                 "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds),
                 *((_fmt_archive_backlog(t.archive_backlog),) if tiered else ()))
         console.print(table)

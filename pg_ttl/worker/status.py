@@ -83,6 +83,16 @@ class TierBacklog:
 
 
 @dataclass
+class ShardBacklog:
+    """Entries of one shard of a table's expiration queue due now: a count, up to EXACT_COUNT_LIMIT
+    (then ``exact`` is False and ``rows`` says at least that many)."""
+
+    shard: int
+    rows: int
+    exact: bool
+
+
+@dataclass
 class TableStatus:
     table: str
     job_cron: str
@@ -101,6 +111,8 @@ class TableStatus:
     skipped_by: list[dict[str, str]] = field(default_factory=list)
     # Per storage tier, in order (empty: no tiers): rows due to move there now.
     archive_backlog: list[TierBacklog] = field(default_factory=list)
+    # Per shard of the expiration queue, in order (empty: no queue): entries due now (docs/queues.md).
+    queue_backlog: list[ShardBacklog] = field(default_factory=list)
 
 
 @dataclass
@@ -179,6 +191,33 @@ def backlog(conn: psycopg.Connection[Any], relid: int) -> tuple[int, bool] | Non
                 total += estimate
                 exact = False
             return total, exact
+    except (psycopg.Error, owner.NotOwner):
+        return None
+
+
+def queue_backlog(conn: psycopg.Connection[Any], relid: int) -> list[ShardBacklog] | None:
+    """Per shard of the table's expiration queue, its entries due now, counted on the shard's
+    primary key (expires_at, key) up to EXACT_COUNT_LIMIT; None without a filled queue, or when
+    the caller may not act as the table's owner."""
+    from pg_ttl.expire import owner, queues
+    from pg_ttl.expire.predicate import load_policies
+
+    try:
+        with conn.transaction():
+            policies = load_policies(conn, [relid])
+            if not policies or not queues.filled(conn, policies[0]):
+                return None
+            owner.become(conn, policies[0].owner, policies[0].name, local=True)
+            out = []
+            for unit in queues.shard_units(conn, policies[0]):
+                shard = queues.shard_number(unit)
+                found = conn.execute(sql.SQL(
+                    "SELECT count(*) FROM (SELECT 1 FROM ONLY {} WHERE shard = {} AND expires_at <= now() "
+                    "LIMIT {}) s").format(unit.ident, sql.Literal(shard), sql.Literal(EXACT_COUNT_LIMIT + 1)))\
+                    .fetchone()
+                n = int(found[0]) if found else 0
+                out.append(ShardBacklog(shard, min(n, EXACT_COUNT_LIMIT), n <= EXACT_COUNT_LIMIT))
+            return out
     except (psycopg.Error, owner.NotOwner):
         return None
 
@@ -275,8 +314,10 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
         exact = False
         tiers = [(int(position), str(storage)) for position, storage in r["tiers"] or []]
         to_archive = [TierBacklog(position, storage, None) for position, storage in tiers]
+        shards: list[ShardBacklog] = []
         if estimates:
             to_archive = archive_backlog(conn, entry.relid, tiers)
+            shards = queue_backlog(conn, entry.relid) or []
             try:
                 oldest = oldest_expired(conn, entry.relid)
                 if oldest is not None and oldest.tzinfo is None:
@@ -286,7 +327,9 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
                 pass  # the caller may not act as the table's owner: no estimate, none of its code
             # Nothing expired means no backlog, whatever stale planner statistics would say.
             exact = oldest is None and lag is not None
-            if not exact and (found := backlog(conn, entry.relid)) is not None:
+            if shards:  # the queue knows: its shards' counts
+                backlog_rows, exact = sum(b.rows for b in shards), all(b.exact for b in shards)
+            elif not exact and (found := backlog(conn, entry.relid)) is not None:
                 count, exact = found
                 # oldest_expired found one: an estimate of 0 is wrong, a count of 0 a race
                 backlog_rows = max(count, 1) if oldest is not None else count
@@ -296,5 +339,5 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
             last_run=last, next_run=sched.next_run(entry, now), backlog=backlog_rows, lag_seconds=lag,
             oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or [],
-            archive_backlog=to_archive))
+            archive_backlog=to_archive, queue_backlog=shards))
     return status
