@@ -4,6 +4,7 @@ resume, two concurrent runs, output and errors, standby refusal."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,11 @@ import psycopg
 import pytest
 
 from pg_ttl.localserver import LocalServer
+
+
+def _plain(text: str) -> str:
+    """Terminal output without its colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def _events(db: psycopg.Connection[Any], n: int, partitions: int = 0, **options: Any) -> None:
@@ -129,16 +135,24 @@ def test_run_and_plan_output(db: psycopg.Connection[Any], dsn: str, cli: Any) ->
     assert "nothing was changed" in res.stdout
     assert db.execute("SELECT count(*) FROM ev").fetchone() == (1000,)
     db.commit()
+    # Not a terminal (a pipe, a log): no progress bars, the summary only.
     res = cli("run", "--once", "ev", "--dsn", dsn)
     assert res.returncode == 0, res.stderr
     assert "expiration run" in res.stdout and "500" in res.stdout and "ok" in res.stdout
-    assert "500/500 rows" in res.stdout, res.stdout
+    assert " rows" not in res.stdout.split("expiration run")[0], res.stdout
+    db.execute("INSERT INTO ev SELECT g, '2020-01-01' FROM generate_series(5001, 5010) g")
+    db.commit()
+    # On a terminal (FORCE_COLOR makes rich treat the pipe as one): one bar per table, ending at
+    # what was done; nothing left to delete: 0 rows, not a full bar of one.
+    tty = {"FORCE_COLOR": "1", "NO_COLOR": ""}
+    res = cli("run", "ev", "--dsn", dsn, env=tty)
+    assert res.returncode == 0, res.stderr
+    assert "10/10 rows" in _plain(res.stdout), res.stdout
     assert db.execute("SELECT count(*) FROM ev").fetchone() == (500,)
     db.commit()
-    # Nothing left to delete: the bar says 0 rows, not a full bar of one.
-    res = cli("run", "ev", "--dsn", dsn)
+    res = cli("run", "ev", "--dsn", dsn, env=tty)
     assert res.returncode == 0, res.stderr
-    assert "0/0 rows" in res.stdout and "1/1 rows" not in res.stdout, res.stdout
+    assert "0/0 rows" in _plain(res.stdout) and "1/1 rows" not in _plain(res.stdout), res.stdout
     res = cli("run", "nope", "--dsn", dsn)
     assert res.returncode == 1 and res.stderr.strip() == 'pg-ttl: table "nope" does not exist'
     res = cli("plan", "--json", "--dsn", dsn)

@@ -46,27 +46,29 @@ def register(sub: Any) -> None:
 
 
 class BarProgress:
-    """One progress bar per unit (partition or table)."""
+    """One progress bar per table, its units (partitions, shards, ...) adding up: drawing stays
+    cheap with thousands of partitions (a bar per unit made every refresh redraw them all)."""
+
+    ROWS = ("delete", "orphans", "queue", "archive")
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
-        self.tasks: dict[tuple[str, str], Any] = {}
+        self.tasks: dict[str, Any] = {}
+        self.units: dict[str, list[int]] = {}  # table -> [units finished, units started]
+        self.removed: dict[str, int] = {}  # table -> partitions dropped or detached
+        self.problems: dict[str, list[str]] = {}  # table -> statuses of units that did not end ok
 
     def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
-        label = unit if unit == table else f"{table} > {unit}"
-        rows = action in ("delete", "orphans", "queue", "archive")
-        if action == "orphans":
-            label += " (orphans)"
-        elif action == "queue":
-            label += " (expiration queue)"
-        elif action == "archive":
-            label += " (to storage)"
-        elif not rows:
-            label += f" ({action} partition)"
-        self.tasks[(table, unit)] = self.progress.add_task(label, total=estimate if rows else 1)
+        task = self.tasks.get(table)
+        if task is None:
+            task = self.tasks[table] = self.progress.add_task(table, total=0)
+        self.units.setdefault(table, [0, 0])[1] += 1
+        if action in self.ROWS and estimate:
+            self.progress.update(task, total=(self.progress.tasks[task].total or 0) + estimate)
+        self._describe(table)
 
     def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
-        task = self.tasks.get((table, unit))
+        task = self.tasks.get(table)
         if task is not None:
             current = self.progress.tasks[task]
             if current.total is not None and current.completed + deleted > current.total:
@@ -74,16 +76,30 @@ class BarProgress:
             self.progress.advance(task, deleted)
 
     def unit_finished(self, result: UnitResult) -> None:
-        task = self.tasks.get((result.table, result.unit))
+        table = result.table
+        task = self.tasks.get(table)
         if task is None:
             return
-        if result.status == "ok":
+        counts = self.units[table]
+        counts[0] += 1
+        if result.action in ("drop", "detach") and result.status == "ok":
+            self.removed[table] = self.removed.get(table, 0) + 1
+        if result.status not in ("ok", "skipped"):
+            self.problems.setdefault(table, []).append(result.status)
+        if counts[0] == counts[1]:
+            # all its units so far are done: the bar ends at what was done ("0/0 rows" when nothing was due)
             done = self.progress.tasks[task].completed
-            rows = result.action in ("delete", "orphans", "queue", "archive")
-            # Rows: the bar ends at what was done ("0/0 rows" when nothing was due); a partition: 1/1.
-            self.progress.update(task, total=done if rows else 1, completed=done if rows else 1)
-        else:
-            self.progress.update(task, description=self.progress.tasks[task].description + f" [{result.status}]")
+            self.progress.update(task, total=done, completed=done)
+        self._describe(table)
+
+    def _describe(self, table: str) -> None:
+        done, started = self.units[table]
+        text = table if started <= 1 else f"{table} ({done}/{started} units)"
+        if self.removed.get(table):
+            text += f", {self.removed[table]} partitions removed"
+        if self.problems.get(table):
+            text += " [" + ", ".join(dict.fromkeys(self.problems[table])) + "]"
+        self.progress.update(self.tasks[table], description=text)
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
@@ -103,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _stop_on_signals(stop)
     dsn = resolve_dsn(args)
     try:
-        if args.quiet or args.json:
+        # Bars only on a terminal: in a log they would be redrawn line after line.
+        if args.quiet or args.json or not console.is_terminal:
             results = expire(dsn, args.tables or None, stop=stop, worker="pg-ttl run")
         else:
             columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -135,6 +152,11 @@ def _result_json(r: TableResult) -> dict[str, Any]:
 STATUS_STYLE = {"ok": "green", "partial": "yellow", "busy": "yellow", "paused": "yellow", "failed": "red"}
 
 
+# At most this many tables get a row in the summary of a run; the others (that did nothing)
+# are counted in one line.
+SUMMARY_ROWS = 50
+
+
 def _summary(results: list[TableResult]) -> None:
     if not results:
         console.print("No TTL policies to run.")
@@ -142,13 +164,28 @@ def _summary(results: list[TableResult]) -> None:
     table = Table(title="expiration run")
     for col in ("table", "status", "rows deleted", "partitions dropped", "partitions detached", "time", "note"):
         table.add_column(col, justify="right" if col.startswith(("rows", "partitions", "time")) else "left")
+    # The tables that did something or did not end ok; then the rest while there is room.
+    busy = {id(r) for r in results if r.status != "ok" or r.rows_deleted or r.partitions_dropped
+            or r.partitions_detached or r.values_nulled}
+    room = max(0, SUMMARY_ROWS - len(busy))
+    shown = busy | {id(r) for r in [r for r in results if id(r) not in busy][:room]}
     for r in results:
+        if id(r) not in shown:
+            continue
         notes = [r.error] if r.error else []
         notes += [f"{u.unit}: {u.status} ({u.error})" for u in r.units if u.status not in ("ok",) and u.error]
         style = STATUS_STYLE.get(r.status, "")
         table.add_row(r.table, f"[{style}]{r.status}[/]", f"{r.rows_deleted:,}", str(r.partitions_dropped),
                       str(r.partitions_detached), f"{r.duration:.2f}s", "; ".join(dict.fromkeys(notes)))
+    if len(results) > 1:
+        table.add_section()
+        table.add_row(f"{len(results)} runs", "", f"{sum(r.rows_deleted for r in results):,}",
+                      str(sum(r.partitions_dropped for r in results)),
+                      str(sum(r.partitions_detached for r in results)), f"{sum(r.duration for r in results):.2f}s",
+                      "total")
     console.print(table)
+    if len(shown) < len(results):
+        console.print(f"{len(results) - len(shown):,} more runs (ok, nothing to do) not listed.")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
