@@ -19,7 +19,7 @@ from pg_ttl.expire import EngineError, TableResult, UnitResult, expire, plan
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
-        help="run one expiration pass now, with progress bars",
+        help="run one expiration pass now, with a progress bar per table on a terminal",
         description="Delete expired rows and remove expired partitions of TABLE(s) (default: every TTL table) "
         "in one pass, now, whatever the schedule. Ctrl-C or SIGTERM finishes the current batch and stops; "
         "the next run resumes from there. Exit status 1 if a table failed.",
@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
     p.add_argument("--once", action="store_true",
                    help="one pass and exit (what run always does; the scheduler is `pg-ttl worker`)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (there are none either when the output is not a terminal)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
