@@ -11,7 +11,9 @@
 --                                    {"after": "400 days", "action": "delete", "archive_before_delete": true}]');
 --
 -- The engine (pg_ttl/expire/tiers.py) writes, verifies and records each batch
--- in ttl.archive, deleting its rows in the same short transaction.
+-- in ttl.archive, deleting its rows in the same short transaction; a range
+-- partition whose every row reached a storage tier (ttl.partition_tier) is
+-- exported whole and dropped or detached in the transaction that lists it.
 
 -- A storage: its name and URL.
 --   file:///absolute/directory                       a directory where the engine runs
@@ -264,6 +266,96 @@ BEGIN
     RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
                   ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff,
                   ttl._expiry_sql(p.ttl_atttypid, p.unit, next_after, col), cutoff);
+END
+$fn$;
+
+-- Whole partitions (pg_ttl/expire/tiers.py): a range partition of T on its TTL
+-- column whose exclusive upper bound `upper` (text in the column's type) shows
+-- that every row in it has reached a storage tier is exported whole, then
+-- dropped or detached (ttl_partition_action) in the transaction that lists its
+-- objects.
+--
+-- Has everything below `upper` reached `after` at `cutoff`? ttl.partition_expired's
+-- judgement (sql/15_expiry.sql: the column's expiry definition at the bound,
+-- a day later for an interval with months on a time of day) for another interval.
+CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    latest timestamptz;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR upper IS NULL THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
+                                                     format('%L::%s', upper, p.ttl_atttypid::regtype)))
+           INTO latest;
+        IF ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN
+            latest := latest + interval '1 day';
+        END IF;
+    EXCEPTION WHEN data_exception THEN
+        RETURN false;  -- e.g. out of range at the bound: not provably reached
+    END;
+    RETURN latest <= cutoff;
+END
+$fn$;
+
+-- The storage tier a range partition of T with upper bound `upper` is exported
+-- to whole at `cutoff`: the last storage tier everything in it has reached.
+-- NULL when it has reached none, or when it is past the final DELETE and the
+-- tiers do not archive before it (the deletion run drops it).
+CREATE OR REPLACE FUNCTION ttl.partition_tier(tbl oid, cutoff timestamptz, upper text) RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    k integer;
+    before_delete boolean;
+BEGIN
+    IF cutoff > now() THEN
+        RAISE EXCEPTION 'cutoff % is later than now(): rows would move early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT t.position, t.archive_before_delete INTO k, before_delete FROM ttl.tier t
+     WHERE t.relid = tbl AND ttl._bound_reached(tbl, t.after, cutoff, upper)
+     ORDER BY t.position DESC LIMIT 1;
+    IF k IS NULL OR (NOT before_delete AND coalesce(ttl.partition_expired(tbl, cutoff, upper), false)) THEN
+        RETURN NULL;
+    END IF;
+    RETURN k;
+END
+$fn$;
+
+-- The rows of a partition exported whole (ttl.partition_tier) that go to
+-- storage, as SQL over T's columns: every row, except those already past the
+-- final DELETE when the tiers do not archive before it (they go with the
+-- partition, unarchived, as the deletion run would delete them).
+CREATE OR REPLACE FUNCTION ttl.partition_tier_sql(tbl oid, cutoff timestamptz) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+BEGIN
+    IF cutoff > now() THEN
+        RAISE EXCEPTION 'cutoff % is later than now(): rows would move early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF p.relid IS NULL OR p.ttl_attnum IS NULL THEN
+        RAISE EXCEPTION 'table % has no TTL column policy', tbl::regclass USING ERRCODE = 'undefined_object';
+    END IF;
+    IF p.expire_after IS NULL OR EXISTS (SELECT 1 FROM ttl.tier t WHERE t.relid = tbl AND t.archive_before_delete) THEN
+        RETURN 'true';
+    END IF;
+    RETURN format('(%s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
+                  ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
+                                  format('%I', ttl._attname(tbl, p.ttl_attnum))), cutoff);
 END
 $fn$;
 

@@ -265,6 +265,48 @@ def test_rows_move_to_s3_verified_and_come_back(db: psycopg.Connection[Any], dsn
     assert db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 21 AND 50 ORDER BY id").fetchall() == leaving
 
 
+def _partitioned(db: psycopg.Connection[Any], key: str = "id, created_at") -> None:
+    """pev, range-partitioned on created_at: pev_old [now-100d, now-60d) holds ids 1-10 (every
+    row past a 30-day tier: exported whole), pev_new [now-60d, now+10d) ids 11-20 (about 1 day old)."""
+    db.execute(f"CREATE TABLE pev (id int, created_at timestamptz NOT NULL, note text, PRIMARY KEY ({key}))"
+               " PARTITION BY RANGE (created_at)")
+    db.execute("CREATE TABLE pev_old PARTITION OF pev FOR VALUES FROM (now() - interval '100 days')"
+               " TO (now() - interval '60 days')")
+    db.execute("CREATE TABLE pev_new PARTITION OF pev FOR VALUES FROM (now() - interval '60 days')"
+               " TO (now() + interval '10 days')")
+    db.execute("INSERT INTO pev SELECT g, now() - CASE WHEN g <= 10 THEN interval '80 days' ELSE interval '1 day' END"
+               " + g * interval '1 hour', 'note ' || g FROM generate_series(1, 20) g")
+    db.execute("SELECT ttl.enable('pev', expire_after => '400 days', column_name => 'created_at')")
+
+
+def test_a_partition_past_a_tier_goes_whole_to_s3(db: psycopg.Connection[Any], dsn: str, s3: Any) -> None:
+    import pyarrow.parquet as pq
+    from pyarrow import fs
+
+    endpoint, client = s3
+    prefix = f"pg-{uuid4().hex}"
+    _partitioned(db)
+    db.execute("SELECT ttl.create_storage('cold', %s)",
+               (f"s3://archive-bucket/{prefix}?endpoint={endpoint}&region=us-east-1",))
+    db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "cold"}]')""")
+    leaving = db.execute("SELECT id, created_at, note FROM pev_old ORDER BY id").fetchall()
+    db.commit()
+    [archived, _] = expire(dsn, ["pev"])
+    assert archived.status == "ok" and archived.rows_deleted == 10, archived.units
+    assert db.execute("SELECT action, strategy, rows_deleted FROM ttl.run_unit WHERE run_id = %s"
+                      " AND unit_name = 'pev_old'", (archived.run_id,)).fetchone() == ("drop", "export", 10)
+    assert db.execute("SELECT to_regclass('pev_old')").fetchone() == (None,)
+    # the bucket holds exactly the listed objects (sizes as listed); they hold pev_old's rows once
+    infos = client.get_file_info(fs.FileSelector(f"archive-bucket/{prefix}", recursive=True))
+    keys = {i.path[len(f"archive-bucket/{prefix}/"):]: i.size for i in infos if i.type == fs.FileType.File}
+    assert keys == {k: b for k, b in db.execute("SELECT object_key, bytes FROM ttl.archive")}
+    got = []
+    for key in sorted(keys):
+        got.extend(pq.read_table(f"archive-bucket/{prefix}/{key}", filesystem=client).to_pylist())
+    assert sorted((r["id"], r["created_at"], r["note"]) for r in got) == leaving
+    assert [r[0] for r in db.execute("SELECT id FROM pev ORDER BY id").fetchall()] == list(range(11, 21))
+
+
 def test_an_unreachable_object_store_fails_the_unit_and_deletes_nothing(db: psycopg.Connection[Any], dsn: str,
                                                                         tmp_path: Path) -> None:
     import socket
@@ -356,6 +398,22 @@ def test_rows_move_to_another_postgresql_once_and_come_back(db: psycopg.Connecti
     result = cli("restore", "events", "--dsn", dsn)
     assert result.returncode == 0 and "restored 30 rows" in result.stdout, result.stderr
     assert db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 26 AND 50 ORDER BY id").fetchall() == leaving[5:]
+
+
+def test_a_partition_past_a_postgresql_tier_moves_batch_by_batch(db: psycopg.Connection[Any], dsn: str,
+                                                                 target_db: Any) -> None:
+    """Whole partitions go to Parquet storages only: a PostgreSQL target inserts with ON CONFLICT
+    DO NOTHING, so rows an export wrote there could not be taken back if the partition must stay."""
+    url, target = target_db
+    _partitioned(db)  # a two-column key (id, created_at): the storage checks each batch's keys
+    db.execute("SELECT ttl.create_storage('history', %s)", (url,))
+    db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "history"}]')""")
+    db.commit()
+    [archived, _] = expire(dsn, ["pev"])
+    assert archived.status == "ok" and archived.rows_deleted == 10, archived.units
+    assert {u.unit: u.action for u in archived.units} == {"pev_old": "archive", "pev_new": "archive"}
+    assert db.execute("SELECT count(*) FROM pev_old").fetchone() == (0,)  # emptied, not dropped
+    assert target.execute("SELECT count(*) FROM history.pev").fetchone() == (10,)
 
 
 def test_a_postgresql_storage_keeps_no_password_and_needs_a_key(db: psycopg.Connection[Any], tmp_path: Path) -> None:
@@ -508,8 +566,8 @@ def test_archive_before_delete_to_s3(db: psycopg.Connection[Any], dsn: str, s3: 
     assert [(i, t, a, n) for i, t, a, n, _ in got] == leaving
 
 
-def test_archive_before_delete_empties_a_partition_before_it_is_dropped(db: psycopg.Connection[Any], dsn: str,
-                                                                        tmp_path: Path) -> None:
+def test_archive_before_delete_exports_a_partition_past_the_delete_whole(db: psycopg.Connection[Any], dsn: str,
+                                                                          tmp_path: Path) -> None:
     db.execute("CREATE TABLE pev (id int, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))"
                " PARTITION BY RANGE (created_at)")
     db.execute("CREATE TABLE pev_old PARTITION OF pev FOR VALUES FROM (now() - interval '600 days')"
@@ -525,7 +583,12 @@ def test_archive_before_delete_empties_a_partition_before_it_is_dropped(db: psyc
     db.commit()
     [archived, deleted] = expire(dsn, ["pev"])
     assert (archived.status, archived.rows_deleted) == ("ok", 20)
-    assert deleted.status == "ok" and deleted.partitions_dropped == 1
+    # pev_old (past the DELETE, archived before it) went whole in the archive run: exported to
+    # the last storage tier, then dropped; the deletion run found nothing left to drop
+    assert db.execute("SELECT action, strategy, status, rows_deleted FROM ttl.run_unit WHERE run_id = %s"
+                      " AND unit_name = 'pev_old'", (archived.run_id,)).fetchone() == ("drop", "export", "ok", 10)
+    assert db.execute("SELECT partitions_dropped FROM ttl.run WHERE run_id = %s", (archived.run_id,)).fetchone() == (1,)
+    assert deleted.status == "ok" and deleted.partitions_dropped == 0
     assert db.execute("SELECT to_regclass('pev_old')").fetchone() == (None,)
     assert [r[0] for r in db.execute("SELECT id FROM pev ORDER BY id").fetchall()] == list(range(21, 31))
     files = sorted(str(p) for p in tmp_path.rglob("*.parquet"))

@@ -51,8 +51,10 @@ class PostgresTarget:
                     cur.executemany(_insert(conn, target, columns), rows)
                 found = cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE ({}) IN (SELECT * FROM {})").format(
                     target, sql.SQL(", ").join(sql.Identifier(k) for k in keys),
-                    sql.SQL("pg_catalog.unnest({})").format(sql.SQL(", ").join(
-                        sql.SQL("CAST(${} AS {}[])").format(sql.SQL(str(n + 1)), sql.SQL(columns[i].sqltype))
+                    # one unnest per key column, side by side (a multi-column key: ROWS FROM)
+                    sql.SQL("ROWS FROM ({})").format(sql.SQL(", ").join(
+                        sql.SQL("pg_catalog.unnest(CAST(${} AS {}[]))").format(sql.SQL(str(n + 1)),
+                                                                               sql.SQL(columns[i].sqltype))
                         for n, i in enumerate(key_at)))).as_string(conn),
                     [[r[i] for r in rows] for i in key_at]).fetchone()
         except psycopg.Error as exc:

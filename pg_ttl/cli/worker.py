@@ -135,7 +135,7 @@ def _fmt_backlog(t: TableStatus) -> str:
     if t.queue_backlog:
         shards = ", ".join(f"{'' if b.exact else '>='}{b.rows:,}" for b in t.queue_backlog)
         return f"{'' if t.backlog_exact else '>='}{t.backlog:,} (shards {shards})"
-    return f"{t.backlog:,}" if t.backlog_exact else f"~{t.backlog:,} (estimate)"
+    return str(t.backlog) if t.backlog_exact else f"~{t.backlog} (estimate)"
 
 
 def cmd_status(args: argparse.Namespace) -> int:

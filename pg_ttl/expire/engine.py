@@ -149,7 +149,7 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         if kind == "orphans":
             units = orphans.orphan_units(conn, policy)
         elif kind == "archive":
-            units = tiers.archive_units(conn, policy)
+            units = tiers.archive_units(conn, policy, pred)
         elif queues.fill(conn, policy, lambda: stop is not None and stop.is_set()):
             units = queues.shard_units(conn, policy)  # a filled expiration queue: its shards
         else:
@@ -284,6 +284,8 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
         res.status = tiers.archive(ctx) if unit.action == "archive" else queues.drain(ctx)
+        if ctx.removed is not None:  # a partition exported whole, then dropped or detached
+            res.action, res.strategy = ctx.removed, "export"
     else:  # started by ttl._begin_unit; ended in the transaction that removes the partition
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)
         try:

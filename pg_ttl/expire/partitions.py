@@ -5,6 +5,9 @@ connection we can issue it (pg_partman cannot, its issue 677). The server
 refuses it when the parent has a default partition: then a plain DETACH under
 lock_timeout. A CONCURRENTLY detach interrupted between its two transactions
 leaves the partition "detach pending"; units.py hands it back and we FINALIZE.
+A partition exported whole to a storage tier (tiers.py) is dropped, or
+detached plainly, in the transaction that lists its objects
+(remove_in_transaction).
 
 Statements that name a table take no parameters: psycopg would read a '%' in a
 name as a placeholder (parameters go in statements of their own).
@@ -100,3 +103,20 @@ def detach_partition(ctx: UnitContext) -> str:
         conn.execute("SELECT ttl._end_unit(%s, %s, 'ok', NULL, true)", (ctx.run_id, unit.relid))
     return how
 
+
+def remove_in_transaction(ctx: UnitContext) -> str:
+    """Drop the unit's partition, or detach it (plain: CONCURRENTLY cannot run in a
+    transaction block) and move it to detach_schema, per ttl_partition_action, in the
+    caller's transaction (tiers.py: the one that lists the partition's objects). Returns
+    the action done, 'drop' or 'detach'."""
+    unit, conn = ctx.unit, ctx.conn
+    _timeouts(ctx)
+    if ctx.policy.partition_action != "detach":
+        conn.execute(sql.SQL("DROP TABLE {}").format(unit.ident))
+        return "drop"
+    assert unit.parent is not None
+    conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(unit.parent, unit.ident))
+    schema = ctx.policy.detach_schema
+    if schema and schema != unit.schema:
+        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(unit.ident, sql.Identifier(schema)))
+    return "detach"

@@ -57,7 +57,7 @@ class TableResult:
         self.values_nulled += unit.values_nulled
         if unit.action == "orphans":
             self.orphans_deleted += unit.rows_deleted
-        if unit.action == "archive":
+        if unit.action == "archive" or unit.strategy == "export":  # moved to storage (whole, for an export)
             self.rows_archived += unit.rows_deleted
         if unit.removed_partition:
             if unit.action == "drop":

@@ -19,10 +19,29 @@ With ``archive_before_delete`` (sql/82_tiers.sql: ttl.tier_sql) the last
 storage tier also takes the rows already past the final DELETE; the archive
 run comes before the deletion run of the same pass, at the same cutoff, so
 the rows it can lock are archived before anything deletes them.
+
+Whole partitions: a range partition on the TTL column whose upper bound shows
+that every row in it reached storage tier *k* (ttl.partition_tier), a
+directory or S3 storage, is one unit instead of its leaves. It is read in
+short transactions (row ranges, no row lock), written to tier *k*'s storage as
+batches are (one object per day of the TTL column, at most ``OBJECT_ROWS``
+rows each, read back and verified) and nothing listed yet. Then, in one
+transaction, the partition is locked against writers (``EXCLUSIVE ...
+NOWAIT``: a row the application holds or a write under way refuses it at
+once), checked to hold exactly the rows read (their count and the sum of
+64-bit hashes of their values, read again under the lock), its objects
+listed in ``ttl.archive``, the partition dropped or detached
+(``ttl_partition_action``) and the unit's history row finished. A crash
+before that commit leaves every row in the partition and the objects
+unlisted (the next run removes them, as a batch's); after it, every row is
+in exactly one listed object. A partition that cannot be locked, was written
+to meanwhile or cannot be dropped now stays: its objects are removed and its
+rows move batch by batch in that run, as any leaf's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -37,10 +56,11 @@ from psycopg.types.json import Jsonb
 from pg_ttl.archive import parquet
 from pg_ttl.archive.postgres import PostgresTarget
 from pg_ttl.archive.storage import BaseStorage, StorageError, open_storage
+from pg_ttl.expire import history, partitions
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.orphans import LEAVES
-from pg_ttl.expire.predicate import EnginePolicy
-from pg_ttl.expire.units import Unit
+from pg_ttl.expire.predicate import EnginePolicy, Predicate
+from pg_ttl.expire.units import CHILDREN, Unit, range_key, upper_bound
 
 TIERS = """
 SELECT t.position, t.storage, s.url FROM ttl.tier t JOIN ttl.storage s ON s.name = t.storage
@@ -68,6 +88,34 @@ UPDATE ttl.run_unit SET rows_selected = rows_selected + %(n)s, rows_deleted = ro
        checkpoint = %(cp)s
  WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
 """
+# A whole partition exported (its objects listed, the partition dropped or detached): the
+# unit's history row says so, finished in the same transaction.
+ACCOUNT_WHOLE = """
+UPDATE ttl.run_unit SET action = %(action)s, strategy = 'export', rows_selected = rows_selected + %(n)s,
+       rows_deleted = rows_deleted + %(n)s, bytes_archived = bytes_archived + %(bytes)s,
+       objects_archived = objects_archived + %(objects)s, checkpoint = NULL
+ WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
+"""
+# The leaves of a partition exported whole (itself, for a leaf).
+WHOLE_LEAVES = """
+SELECT c.oid, n.nspname, c.relname, c.relkind
+  FROM pg_catalog.pg_partition_tree(%s::oid::regclass) t
+  JOIN pg_catalog.pg_class c ON c.oid = t.relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE t.isleaf
+ ORDER BY n.nspname, c.relname
+"""
+SIZE = """
+SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / pg_catalog.current_setting('block_size')::int8,
+       (SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 100 END
+          FROM pg_catalog.pg_class WHERE oid = %s)
+"""
+# A whole partition's rows go to storage in objects of at most this many rows (one object per
+# day of the TTL column, as batches): they are held in memory until written.
+OBJECT_ROWS = 100_000
+# Blocks per statement of the check made under the partition's lock (each statement stays
+# well within statement_timeout; the lock is held for all of them).
+CHECK_BLOCKS = 8192
 
 
 @dataclass
@@ -125,10 +173,54 @@ def archives_before_delete(conn: psycopg.Connection[Any], relid: int) -> bool:
                         (relid,)).fetchone() is not None
 
 
-def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:
-    """Every leaf of the table (or the table itself)."""
-    return [Unit(int(oid), str(schema), str(name), "archive")
-            for oid, schema, name in conn.execute(LEAVES, {"t": policy.relid}).fetchall()]
+def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate | None = None) -> list[Unit]:
+    """Every leaf of the table (or the table itself). With the run's predicate, a range
+    partition on the TTL column whose every row reached a storage tier at its cutoff is one
+    unit (``tier`` set: exported whole, then dropped or detached) instead of its leaves."""
+    leaves = [Unit(int(oid), str(schema), str(name), "archive")
+              for oid, schema, name in conn.execute(LEAVES, {"t": policy.relid}).fetchall()]
+    if pred is None or policy.relkind != "p" or policy.column is None or policy.expression is not None:
+        return leaves
+    # Parquet storages only: a PostgreSQL one inserts with ON CONFLICT DO NOTHING, so rows written
+    # there by an export that must then stay (written to meanwhile) could not be taken back
+    parquet_tiers = {int(position) for position, name, url in conn.execute(TIERS, (policy.relid,)).fetchall()
+                     if not isinstance(open_storage(str(name), str(url)), PostgresTarget)}
+    whole: list[Unit] = []
+    if parquet_tiers:
+        _whole_partitions(conn, policy, pred, parquet_tiers, policy.relid, policy.ident, whole)
+    if not whole:
+        return leaves
+    covered = {int(oid) for (oid,) in conn.execute(
+        "SELECT t.relid::oid FROM pg_catalog.unnest(%s::oid[]) w, pg_catalog.pg_partition_tree(w::regclass) t",
+        ([u.relid for u in whole],))}
+    return whole + [u for u in leaves if u.relid not in covered]
+
+
+def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, parquet_tiers: set[int],
+                      relid: int, ident: sql.Identifier, out: list[Unit]) -> None:
+    """The highest range partitions on the TTL column under ``relid`` whose upper bound
+    reached a storage tier writing Parquet (sql/82_tiers.sql: ttl.partition_tier), as
+    units.py's walk finds expired ones."""
+    key = range_key(conn, relid)
+    on_column = key is not None and key.column == policy.column
+    children = conn.execute(CHILDREN, (relid,)).fetchall()
+    tier_of: dict[str, int] = {}
+    if on_column:
+        uppers = [u for u in (upper_bound(b) for *_, b, _p in children) if u is not None]
+        if uppers:
+            tier_of = {str(u): int(k) for u, k in conn.execute(
+                "SELECT u, ttl.partition_tier(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
+                (policy.relid, pred.cutoff, uppers)) if k is not None and int(k) in parquet_tiers}
+    for oid, schema, relname, relkind, bound, pending in children:
+        if relkind not in ("r", "p") or pending:
+            continue  # a foreign table, or one being detached: its leaves stay units of their own
+        upper = upper_bound(bound) if on_column else None
+        if upper is not None and upper in tier_of:
+            out.append(Unit(int(oid), str(schema), str(relname), "archive", parent=ident, upper=upper, bound=bound,
+                            tier=tier_of[upper]))
+        elif relkind == "p":
+            _whole_partitions(conn, policy, pred, parquet_tiers, int(oid), sql.Identifier(str(schema), str(relname)),
+                              out)
 
 
 def object_prefix(policy: EnginePolicy, storage: str) -> str:
@@ -136,23 +228,40 @@ def object_prefix(policy: EnginePolicy, storage: str) -> str:
 
 
 def archive(ctx: UnitContext) -> str:
-    """Move the unit's rows that reached a storage tier; 'ok' or 'partial' (stopped)."""
-    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
-    columns = [parquet.Column(str(n), str(t), str(f), int(m)) for n, t, f, m in conn.execute(COLUMNS, (unit.relid,))]
+    """Move the unit's rows that reached a storage tier; 'ok' or 'partial' (stopped, or
+    rows the application held left behind when they are to be archived before the DELETE)."""
+    if ctx.unit.tier is not None:
+        return _archive_partition(ctx)
+    return _archive_leaf(ctx, ctx.unit)
+
+
+def _columns(conn: psycopg.Connection[Any], relid: int) -> list[parquet.Column]:
+    return [parquet.Column(str(n), str(t), str(f), int(m)) for n, t, f, m in conn.execute(COLUMNS, (relid,))]
+
+
+def _values(columns: list[parquet.Column]) -> list[sql.Composable]:
+    """The columns as fetched and written: text for the types Parquet has none for."""
+    return [sql.SQL("CAST({} AS pg_catalog.text)").format(sql.Identifier(c.name)) if c.as_text
+            else sql.Identifier(c.name) for c in columns]
+
+
+def _archive_leaf(ctx: UnitContext, leaf: Unit) -> str:
+    """Sweep one leaf (the unit, or a leaf of a partition that stays) tier by tier."""
+    conn, policy = ctx.conn, ctx.policy
+    columns = _columns(conn, leaf.relid)
     row = conn.execute("SELECT ttl.row_time_sql(%s)", (policy.relid,)).fetchone()
     assert row is not None and row[0] is not None
-    select = sql.SQL(", ").join(
-        [sql.SQL("CAST({} AS pg_catalog.text)").format(sql.Identifier(c.name)) if c.as_text
-         else sql.Identifier(c.name) for c in columns]
-        + [sql.SQL("ctid"), sql.SQL(row[0]),
-           sql.SQL("pg_catalog.to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')").format(sql.SQL(row[0]))])
+    day = sql.SQL("pg_catalog.to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')").format(sql.SQL(row[0]))
+    select = sql.SQL(", ").join([*_values(columns), sql.SQL("ctid"), sql.SQL(row[0]), day])
     cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "archive" else None
+    if cp is not None and int(cp.get("leaf", ctx.unit.relid)) != leaf.relid:
+        cp = None  # another leaf's
     for position, storage_name, url in conn.execute(TIERS, (policy.relid,)).fetchall():
         if cp is not None and position < cp["tier"]:
             continue
         storage = open_storage(str(storage_name), str(url))
         if not isinstance(storage, PostgresTarget):
-            _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), unit.relid)
+            _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), [leaf.relid])
         pred = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (policy.relid, position, ctx.pred.cutoff)).fetchone()
         assert pred is not None
         block = int(cp["from"]) if cp is not None and cp["tier"] == position else 0
@@ -161,23 +270,23 @@ def archive(ctx: UnitContext) -> str:
         # waits for an archive run that left none of them behind (sql/82_tiers.sql).
         before_delete = conn.execute("SELECT archive_before_delete FROM ttl.tier WHERE relid = %s AND position = %s",
                                      (policy.relid, position)).fetchone()
-        done = _sweep(ctx, columns, select, sql.SQL(pred[0]), int(position), storage, block,
+        done = _sweep(ctx, leaf, columns, select, sql.SQL(pred[0]), int(position), storage, block,
                       count_left=bool(before_delete and before_delete[0]))
         if done != "ok":
             return done
     return "ok"
 
 
-def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composable, pred: sql.Composable,
-           tier: int, storage: BaseStorage | PostgresTarget, block: int, *, count_left: bool = False) -> str:
+def _sweep(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], select: sql.Composable,
+           pred: sql.Composable, tier: int, storage: BaseStorage | PostgresTarget, block: int, *,
+           count_left: bool = False) -> str:
     """'ok', or 'partial': stopped, or (``count_left``) rows of a range were left behind, held by
     the application (SKIP LOCKED)."""
     conn, unit = ctx.conn, ctx.unit
     first_left: int | None = None  # the first range where the application held rows
-    size = conn.execute("SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / "
-                        "pg_catalog.current_setting('block_size')::int8, "
-                        "(SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 100 END"
-                        "   FROM pg_catalog.pg_class WHERE oid = %s)", (unit.relid, unit.relid)).fetchone()
+    # a leaf of a partition exported whole that had to stay: the checkpoint says which leaf
+    where_leaf = {} if leaf.relid == unit.relid else {"leaf": leaf.relid}
+    size = conn.execute(SIZE, (leaf.relid, leaf.relid)).fetchone()
     assert size is not None
     nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
     # select_batch_size rows per range: an object per day of them, written, synced and
@@ -191,14 +300,14 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
             sql.Literal(f"({block},0)"), sql.Literal(f"({hi},0)"), pred)
         with conn.transaction():
             rows = conn.execute(sql.SQL("SELECT {} FROM ONLY {} WHERE {} FOR UPDATE SKIP LOCKED").format(
-                select, unit.ident, where)).fetchall()
-            n, size, objects = _move(ctx, columns, rows, tier, storage, where) if rows else (0, 0, 0)
+                select, leaf.ident, where)).fetchall()
+            n, size, objects = _move(ctx, leaf, columns, rows, tier, storage, where) if rows else (0, 0, 0)
             if count_left and first_left is None and conn.execute(sql.SQL(
-                    "SELECT 1 FROM ONLY {} WHERE {} LIMIT 1").format(unit.ident, where)).fetchone() is not None:
+                    "SELECT 1 FROM ONLY {} WHERE {} LIMIT 1").format(leaf.ident, where)).fetchone() is not None:
                 first_left = block
             conn.execute(ACCOUNT, {"n": n, "bytes": size, "objects": objects, "run_id": ctx.run_id,
                                    "unit": unit.relid,
-                                   "cp": Jsonb({"strategy": "archive", "tier": tier, "from": hi})})
+                                   "cp": Jsonb({"strategy": "archive", "tier": tier, "from": hi, **where_leaf})})
         if n:  # committed
             _count_moved(ctx.run_id, unit.relid, storage.name, tier, n, size, objects)
         ctx.selected += n
@@ -210,72 +319,292 @@ def _sweep(ctx: UnitContext, columns: list[parquet.Column], select: sql.Composab
         return "ok"
     # Resumed from there: a later range's checkpoint must not skip the rows left behind.
     conn.execute(ACCOUNT, {"n": 0, "bytes": 0, "objects": 0, "run_id": ctx.run_id, "unit": unit.relid,
-                           "cp": Jsonb({"strategy": "archive", "tier": tier, "from": first_left})})
+                           "cp": Jsonb({"strategy": "archive", "tier": tier, "from": first_left, **where_leaf})})
     return "partial"
 
 
-def _move(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
+def _move(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
           storage: BaseStorage | PostgresTarget, where: sql.Composable) -> tuple[int, int, int]:
     """Write, verify and record the rows (one object per day of the TTL column, or one
     batch into a PostgreSQL table), then delete them; in the caller's transaction.
     Returns the rows deleted, the bytes and the objects written."""
-    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    conn = ctx.conn
     width = len(columns)
     if isinstance(storage, PostgresTarget):
-        _to_postgres(ctx, columns, rows, tier, storage)
-        return _delete(ctx, rows, width, where), 0, 1
+        conn.execute(MANIFEST, _to_postgres(ctx, leaf, columns, [r[:width] for r in rows],
+                                            [r[width + 1] for r in rows], tier, storage))
+        return _delete(ctx, leaf, rows, width, where), 0, 1
     size = 0
     by_day: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
         by_day.setdefault(r[width + 2], []).append(r)
     for day, group in sorted(by_day.items()):
-        data = parquet.encode(columns, [r[:width] for r in group])
-        key = f"{object_prefix(policy, storage.name)}date={day}/{unit.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
-        storage.put(key, data)
-        back = storage.get(key)
-        if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != len(group):
-            raise StorageError(f'storage "{storage.name}": object {key} read back differs from what was written')
-        times = [r[width + 1] for r in group]
-        conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
-                                "key": key, "rows": len(group), "bytes": len(data), "sha": parquet.sha256(data),
-                                "min": min(times), "max": max(times), "run": ctx.run_id})
-        size += len(data)
-    return _delete(ctx, rows, width, where), size, len(by_day)
+        listed = _put_object(ctx, leaf, columns, [r[:width] for r in group], [r[width + 1] for r in group], day,
+                             tier, storage)
+        conn.execute(MANIFEST, listed)
+        size += int(listed["bytes"])
+    return _delete(ctx, leaf, rows, width, where), size, len(by_day)
 
 
-def _to_postgres(ctx: UnitContext, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
-                 storage: PostgresTarget) -> None:
-    """The batch into the target table, committed and verified there, then its manifest row."""
-    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
-    keys = [str(k) for (k,) in conn.execute(PRIMARY_KEY, (unit.relid,))]
-    width = len(columns)
+def _put_object(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], values: list[tuple[Any, ...]],
+                times: list[Any], day: str, tier: int, storage: BaseStorage) -> dict[str, Any]:
+    """One object of a day's rows, written whole, read back and verified (size, SHA-256,
+    row count); its manifest row, not yet inserted."""
+    policy = ctx.policy
+    data = parquet.encode(columns, values)
+    key = f"{object_prefix(policy, storage.name)}date={day}/{leaf.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
+    storage.put(key, data)
+    back = storage.get(key)
+    if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != len(values):
+        raise StorageError(f'storage "{storage.name}": object {key} read back differs from what was written')
+    return {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name, "key": key,
+            "rows": len(values), "bytes": len(data), "sha": parquet.sha256(data), "min": min(times),
+            "max": max(times), "run": ctx.run_id}
+
+
+def _to_postgres(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], values: list[tuple[Any, ...]],
+                 times: list[Any], tier: int, storage: PostgresTarget) -> dict[str, Any]:
+    """The batch into the target table, committed and verified there; its manifest row, not
+    yet inserted."""
+    conn, policy = ctx.conn, ctx.policy
+    keys = [str(k) for (k,) in conn.execute(PRIMARY_KEY, (leaf.relid,))]
     target = storage.table(policy.schema, policy.relname)
-    found = storage.write(target, columns, keys, [r[:width] for r in rows])
-    if found != len(rows):
-        raise StorageError(f'storage "{storage.name}": {found} of {len(rows)} rows are in {target.as_string(conn)} '
-                           "after the insert: the batch is undone here")
-    times = [r[width + 1] for r in rows]
-    digest = parquet.sha256("\n".join(sorted(repr(r[:width]) for r in rows)).encode())
-    conn.execute(MANIFEST, {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
-                            "key": f"{target.as_string(conn)}#{unit.relid}-{ctx.run_id}-{uuid.uuid4().hex}",
-                            "rows": len(rows), "bytes": 0, "sha": digest, "min": min(times), "max": max(times),
-                            "run": ctx.run_id})
+    found = storage.write(target, columns, keys, values)
+    if found != len(values):
+        raise StorageError(f'storage "{storage.name}": {found} of {len(values)} rows are in '
+                           f"{target.as_string(conn)} after the insert: the batch is undone here")
+    digest = parquet.sha256("\n".join(sorted(repr(r) for r in values)).encode())
+    return {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name,
+            "key": f"{target.as_string(conn)}#{leaf.relid}-{ctx.run_id}-{uuid.uuid4().hex}",
+            "rows": len(values), "bytes": 0, "sha": digest, "min": min(times), "max": max(times),
+            "run": ctx.run_id}
 
 
-def _delete(ctx: UnitContext, rows: list[tuple[Any, ...]], width: int, where: sql.Composable) -> int:
-    conn, unit = ctx.conn, ctx.unit
+def _delete(ctx: UnitContext, leaf: Unit, rows: list[tuple[Any, ...]], width: int, where: sql.Composable) -> int:
+    conn = ctx.conn
     ctids = [str(r[width]) for r in rows]
     deleted = conn.execute(sql.SQL("DELETE FROM ONLY {} WHERE ctid = ANY(CAST({} AS pg_catalog.tid[])) AND {}").format(
-        unit.ident, sql.Literal(ctids), where)).rowcount
+        leaf.ident, sql.Literal(ctids), where)).rowcount
     if deleted != len(rows):  # locked by us: cannot happen; never keep an object for rows still here
         raise StorageError(f"{len(rows)} rows were archived but {deleted} deleted: the batch is undone")
     return deleted
 
 
-def _remove_unlisted(conn: psycopg.Connection[Any], storage: BaseStorage, prefix: str, leaf: int) -> None:
-    """Objects of this leaf the manifest does not list: written by a batch that never
-    committed (we hold the leaf's claim: no batch of it is under way)."""
-    mine = (f"{leaf}-", f".partial-{leaf}-")
+# -- whole partitions -------------------------------------------------------------------
+
+class _Stays(Exception):
+    """The partition cannot be exported whole in this run (why): its rows go batch by batch."""
+
+
+@dataclass
+class _Export:
+    """What phase one wrote: the manifest rows to list, the objects to remove if they are not
+    listed, and the count and hash sum of every row read (archived or not)."""
+
+    listed: list[dict[str, Any]]
+    keys: list[str]
+    rows: int = 0
+    digest: int = 0
+    moved: int = 0
+    bytes: int = 0
+
+
+def _archive_partition(ctx: UnitContext) -> str:
+    """A partition every row of which reached storage tier ``unit.tier``: exported whole, then
+    dropped or detached; when it cannot be (held, changed, busy, its lock refused), its
+    leaves' rows move batch by batch as any leaf's and it stays."""
+    conn, unit = ctx.conn, ctx.unit
+    leaves = [(Unit(int(oid), str(schema), str(name), "archive"), str(kind))
+              for oid, schema, name, kind in conn.execute(WHOLE_LEAVES, (unit.relid,)).fetchall()]
+    claimed: list[int] = []
+    try:
+        # The unit is claimed (engine.run_unit); its leaves too, as the units they would be:
+        # no batch of another run is under way in them (objects unlisted are removed here).
+        busy: list[Unit] = []
+        for leaf, _kind in leaves:
+            if leaf.relid == unit.relid:
+                continue
+            got = conn.execute("SELECT pg_catalog.pg_try_advisory_lock(ttl._claim_key(%s))", (leaf.relid,)).fetchone()
+            if got and got[0]:
+                claimed.append(leaf.relid)
+            else:
+                busy.append(leaf)
+                history.skip_unit(conn, ctx.run_id, leaf.relid, leaf.name, "busy: another run is working on it")
+        tables = [leaf for leaf, kind in leaves if kind == "r" and leaf not in busy]
+        if not busy and len(tables) == len(leaves):
+            try:
+                _export_whole(ctx, tables)
+                return "ok"
+            except _Stays:
+                if ctx.stopping():
+                    return "partial"
+        conn.execute("UPDATE ttl.run_unit SET strategy = 'ctid' WHERE run_id = %s AND unit_relid = %s",
+                     (ctx.run_id, unit.relid))
+        status = "ok"
+        for leaf in tables:
+            if _archive_leaf(ctx, leaf) != "ok":
+                status = "partial"
+                if ctx.stopping():
+                    break
+        return status
+    finally:
+        if not conn.broken:
+            for oid in claimed:
+                conn.execute("SELECT pg_catalog.pg_advisory_unlock(ttl._claim_key(%s))", (oid,))
+
+
+def _export_whole(ctx: UnitContext, leaves: list[Unit]) -> None:
+    """Export the unit's rows, then list them and drop or detach it in one transaction;
+    raises _Stays (nothing listed, nothing removed, its objects gone) when it must stay."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    assert unit.tier is not None
+    found = conn.execute(TIERS, (policy.relid,)).fetchall()
+    storages = {int(position): open_storage(str(name), str(url)) for position, name, url in found}
+    storage = storages.get(unit.tier)
+    if not isinstance(storage, BaseStorage):
+        raise _Stays(f"tier {unit.tier} is gone or no longer writes objects")
+    # objects an earlier run wrote for these leaves and never listed, in any storage tier
+    for other in storages.values():
+        if not isinstance(other, PostgresTarget):
+            _remove_unlisted(conn, other, object_prefix(policy, other.name), [leaf.relid for leaf in leaves])
+    conn.execute("UPDATE ttl.run_unit SET strategy = 'export' WHERE run_id = %s AND unit_relid = %s",
+                 (ctx.run_id, unit.relid))
+    export = _Export([], [])
+    try:
+        for leaf in leaves:
+            _read_leaf(ctx, leaf, storage, export)
+        _list_and_remove(ctx, leaves, export)
+    except BaseException as exc:
+        # Nothing listed (the transaction that lists them did not commit: a connection still
+        # up says so): its objects go now; else the next run removes them.
+        if not conn.broken:
+            _remove_objects(storage, export.keys)
+        if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
+            raise _Stays(f"locked: {exc.diag.message_primary or exc}") from exc
+        raise
+    _count_moved(ctx.run_id, unit.relid, storage.name, unit.tier, export.moved, export.bytes, len(export.listed))
+    ctx.selected += export.moved
+    ctx.deleted += export.moved
+    ctx.progress.batch_done(policy.name, unit.name, export.moved, export.moved)
+
+
+def _hash_sql(columns: list[parquet.Column]) -> sql.Composable:
+    """A 64-bit hash of a row's values (their text form), the same for every leaf."""
+    return sql.SQL("pg_catalog.hashtextextended(CAST(ROW({}) AS pg_catalog.text), 0)").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in columns))
+
+
+def _read_leaf(ctx: UnitContext, leaf: Unit, storage: BaseStorage, export: _Export) -> None:
+    """Phase one, for one leaf: its rows read in row ranges (short transactions, no row
+    lock), the ones to archive written as objects; counted and hashed."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    assert unit.tier is not None
+    columns = _columns(conn, unit.relid)  # the partition's columns, by name in every leaf
+    width = len(columns)
+    row = conn.execute("SELECT ttl.row_time_sql(%s), ttl.partition_tier_sql(%s, %s)",
+                       (policy.relid, policy.relid, ctx.pred.cutoff)).fetchone()
+    assert row is not None and row[0] is not None and row[1] is not None
+    # the values, the row's instant, its day, whether it goes to storage, its hash
+    day = sql.SQL("pg_catalog.to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')").format(sql.SQL(row[0]))
+    select = sql.SQL(", ").join([*_values(columns), sql.SQL(row[0]), day, sql.SQL(row[1]), _hash_sql(columns)])
+    size = conn.execute(SIZE, (leaf.relid, leaf.relid)).fetchone()
+    assert size is not None
+    nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
+    step = max(1, int(policy.select_batch_size / per_block))
+    buffered: list[tuple[Any, ...]] = []
+    block = 0
+    while block < nblocks:
+        if ctx.stopping():
+            raise _Stays("stopped")
+        rows = conn.execute(sql.SQL(
+            "SELECT {} FROM ONLY {} WHERE ctid >= CAST({} AS pg_catalog.tid) AND ctid < CAST({} AS pg_catalog.tid)"
+        ).format(select, leaf.ident, sql.Literal(f"({block},0)"), sql.Literal(f"({block + step},0)"))).fetchall()
+        for r in rows:
+            export.rows += 1
+            export.digest += int(r[width + 3])
+            if r[width + 2]:
+                buffered.append(r)
+        ctx.select_limiter.add(len(rows))
+        if len(buffered) >= OBJECT_ROWS:
+            _write(ctx, leaf, columns, buffered, storage, export)
+            buffered = []
+        block += step
+    if buffered:
+        _write(ctx, leaf, columns, buffered, storage, export)
+
+
+def _write(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: list[tuple[Any, ...]],
+           storage: BaseStorage, export: _Export) -> None:
+    """Rows of a partition exported whole, written (one object per day, at most OBJECT_ROWS
+    rows each) and verified; listed later."""
+    unit = ctx.unit
+    assert unit.tier is not None
+    width = len(columns)
+    for start in range(0, len(rows), OBJECT_ROWS):
+        chunk = rows[start:start + OBJECT_ROWS]
+        by_day: dict[str, list[tuple[Any, ...]]] = {}
+        for r in chunk:
+            by_day.setdefault(r[width + 1], []).append(r)
+        for day, group in sorted(by_day.items()):
+            listed = _put_object(ctx, leaf, columns, [r[:width] for r in group], [r[width] for r in group], day,
+                                 unit.tier, storage)
+            export.keys.append(str(listed["key"]))
+            export.listed.append(listed)
+            export.moved += len(group)
+            export.bytes += int(listed["bytes"])
+
+
+def _list_and_remove(ctx: UnitContext, leaves: list[Unit], export: _Export) -> None:
+    """Phase two, one transaction: the partition locked against writers (NOWAIT: a row the
+    application holds, or a write under way, refuses it), judged again, checked to hold
+    exactly the rows written, its objects listed, the partition dropped or detached and the
+    unit's history row finished."""
+    conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
+    columns = _columns(conn, unit.relid)
+    with conn.transaction():
+        conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE NOWAIT").format(unit.ident))
+        bound = conn.execute("SELECT pg_catalog.pg_get_expr(c.relpartbound, 0) FROM pg_catalog.pg_class c"
+                             " WHERE c.oid = %s", (unit.relid,)).fetchone()
+        upper = upper_bound(str(bound[0])) if bound and bound[0] is not None else None
+        tier = conn.execute("SELECT ttl.partition_tier(%s, %s, %s)",
+                            (policy.relid, ctx.pred.cutoff, upper)).fetchone() if upper is not None else None
+        if bound is None or bound[0] != unit.bound or tier is None or tier[0] != unit.tier:
+            raise _Stays("its bound or the tiers changed during the run")
+        rows, digest = 0, 0
+        hashed = _hash_sql(columns)
+        for leaf in leaves:
+            size = conn.execute(SIZE, (leaf.relid, leaf.relid)).fetchone()
+            assert size is not None
+            for block in range(0, int(size[0] or 0), CHECK_BLOCKS):
+                got = conn.execute(sql.SQL(
+                    "SELECT count(*), coalesce(sum(CAST({} AS pg_catalog.numeric)), 0) FROM ONLY {}"
+                    " WHERE ctid >= CAST({} AS pg_catalog.tid) AND ctid < CAST({} AS pg_catalog.tid)").format(
+                    hashed, leaf.ident, sql.Literal(f"({block},0)"),
+                    sql.Literal(f"({block + CHECK_BLOCKS},0)"))).fetchone()
+                assert got is not None
+                rows, digest = rows + int(got[0]), digest + int(got[1])
+        if (rows, digest) != (export.rows, export.digest):
+            raise _Stays(f"written to while it was exported ({export.rows} rows read, {rows} there now)")
+        for listed in export.listed:
+            conn.execute(MANIFEST, listed)
+        action = partitions.remove_in_transaction(ctx)
+        conn.execute(ACCOUNT_WHOLE, {"action": action, "n": export.moved, "bytes": export.bytes,
+                                     "objects": len(export.listed), "run_id": ctx.run_id, "unit": unit.relid})
+        conn.execute("SELECT ttl._finish_unit(%s, %s, 'ok', NULL)", (ctx.run_id, unit.relid))
+    ctx.removed = action  # committed
+
+
+def _remove_objects(storage: BaseStorage, keys: list[str]) -> None:
+    """Objects written and never listed (best effort: the next run removes what is left)."""
+    for key in keys:
+        with contextlib.suppress(StorageError):
+            storage.delete(key)
+
+
+def _remove_unlisted(conn: psycopg.Connection[Any], storage: BaseStorage, prefix: str, leaves: list[int]) -> None:
+    """Objects of these leaves the manifest does not list: written by a batch (or a whole
+    partition's export) that never committed (we hold the leaves' claims: none is under way)."""
+    mine = tuple(name for leaf in leaves for name in (f"{leaf}-", f".partial-{leaf}-"))
     keys = [k for k in storage.list(prefix) if k.rsplit("/", 1)[-1].startswith(mine)]
     if not keys:
         return

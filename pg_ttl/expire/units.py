@@ -10,6 +10,11 @@ column: the expression at the upper bound is the latest expiry in it.
 Everything else (hash and list partitions, default partitions, partitions with
 a live bound, expressions we cannot prove monotone) is a ``delete`` unit
 processed row by row.
+
+A table with tiers gets ``archive`` units first (tiers.py): its leaves, swept
+row range by row range, except that a range partition on the TTL column whose
+upper bound has reached a storage tier is one unit (``tier`` set), exported
+whole and then dropped or detached.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class Unit:
     detach_pending: bool = False  # an interrupted DETACH ... CONCURRENTLY to finalize
     # judged by the writes it received (per-row TTL): judged again under the partition's lock
     recheck: bool = False
+    # an archive unit: the storage tier (position) every row of this range partition has
+    # reached, so it is exported whole, then dropped or detached (tiers.py); None: row ranges
+    tier: int | None = None
 
     @property
     def name(self) -> str:
@@ -98,6 +106,11 @@ def _range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
     if row is None or row[0] != "r" or row[1] != 1 or row[2] is None:
         return None
     return RangeKey(str(row[2]), sql.Identifier(str(row[3]), str(row[4])), str(row[4]))
+
+
+def range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
+    """The column a table is RANGE-partitioned on, if it is one plain column."""
+    return _range_key(conn, relid)
 
 
 def monotone_column(expression: str) -> str | None:
