@@ -58,7 +58,7 @@ BASE = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 FAST = settings(BASE, max_examples=12, stateful_step_count=40,
                 phases=[Phase.explicit, Phase.reuse, Phase.generate])
-SLOW = settings(BASE, max_examples=80, stateful_step_count=50)
+SLOW = settings(BASE, max_examples=50, stateful_step_count=50)
 
 TTLS = st.sampled_from([1, 2, 3, None, 0])  # USING TTL n s (0: never); None: the table default
 VALUES = st.integers(-1000, 1000)
