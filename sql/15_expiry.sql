@@ -179,10 +179,13 @@ END
 $fn$;
 
 -- Has every row below `upper` (the exclusive upper bound of a range partition on
--- the TTL column, as text) expired at `cutoff`? Month arithmetic clamps at month
--- ends (Mar 30 23:00 + 1 month is later than Mar 31 00:00 + 1 month), so with
--- months the latest expiry below the bound is up to a day past the bound's own.
-CREATE OR REPLACE FUNCTION ttl.partition_expired(tbl oid, cutoff timestamptz, upper text) RETURNS boolean
+-- the TTL column, as text) reached `after` (from its column's time) at `cutoff`?
+-- Month arithmetic clamps at month ends (Mar 30 23:00 + 1 month is later than
+-- Mar 31 00:00 + 1 month), so with months the latest instant below the bound is
+-- up to a day past the bound's own. The final DELETE (ttl.partition_expired) and
+-- the storage tiers (sql/82_tiers.sql) judge partitions with it.
+CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
+RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -191,19 +194,27 @@ DECLARE
     latest timestamptz;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND OR p.ttl_attnum IS NULL THEN
+    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR upper IS NULL THEN
         RETURN false;
     END IF;
     BEGIN
-        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
+        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
                                                      format('%L::%s', upper, p.ttl_atttypid::regtype)))
            INTO latest;
-        IF ttl._has_months(p.expire_after) AND p.ttl_atttypid <> 'date'::regtype THEN
+        IF ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN
             latest := latest + interval '1 day';
         END IF;
     EXCEPTION WHEN data_exception THEN
-        RETURN false;  -- e.g. out of range at the bound: not provably expired
+        RETURN false;  -- e.g. out of range at the bound: not provably reached
     END;
     RETURN latest <= cutoff;
 END
+$fn$;
+
+-- Has every row below `upper` expired at `cutoff`?
+CREATE OR REPLACE FUNCTION ttl.partition_expired(tbl oid, cutoff timestamptz, upper text) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT ttl._bound_reached(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), cutoff, upper)
 $fn$;

@@ -187,9 +187,9 @@ $fn$;
 -- The values of one CQL-style table or leaf partition that have expired at
 -- `cutoff`, in the blocks [from_block, to_block), become NULL (their entries
 -- go); the expiry is re-checked in the UPDATE itself. Rows whose every value
--- and marker expired are the row expiry's (deleted before this runs). As
--- ttl.null_expired_values: a short lock wait, then SKIP LOCKED. Returns the
--- number of values nulled.
+-- and marker expired are the row expiry's (deleted before this runs). Run as
+-- ttl.null_expired_values (ttl._run_nulling: a short lock wait, then SKIP
+-- LOCKED). Returns the number of values nulled.
 CREATE OR REPLACE FUNCTION ttl.null_expired_cells(tbl regclass, part regclass, cutoff timestamptz,
                                                   from_block bigint, to_block bigint)
 RETURNS bigint
@@ -205,7 +205,6 @@ DECLARE
     range text;
     stmt text;
     keys text[];
-    n bigint;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     IF NOT FOUND OR NOT p.value_ttls THEN
@@ -216,19 +215,18 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- per value column: expired (NULL values have no expiry)
-    SELECT string_agg(format('%I = CASE WHEN %s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz THEN NULL ELSE %I END',
-                             ttl._attname(p.relid, c), ttl._cell_sql(p, c, 1), cutoff, ttl._attname(p.relid, c)), ', '),
-           string_agg(format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz', ttl._cell_sql(p, c, 1), cutoff),
-                      ' OR '),
-           string_agg(format('COALESCE(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz, false)::pg_catalog.int4',
-                             ttl._cell_sql(p, c, 1), cutoff), ' OPERATOR(pg_catalog.+) ')
-      INTO sets, pending, counted
-      FROM ttl._value_columns(p) AS c;
+    SELECT string_agg(format('%I = CASE WHEN %s THEN NULL ELSE %I END', v.name, v.expired, v.name), ', '),
+           string_agg(v.expired, ' OR '),
+           string_agg(format('COALESCE(%s, false)::pg_catalog.int4', v.expired), ' OPERATOR(pg_catalog.+) '),
+           array_agg(v.attnum::text)
+      INTO sets, pending, counted, keys
+      FROM (SELECT c AS attnum, ttl._attname(p.relid, c) AS name,
+                   format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz', ttl._cell_sql(p, c, 1), cutoff) AS expired
+              FROM ttl._value_columns(p) AS c) AS v;
     IF sets IS NULL THEN
         RETURN 0;
     END IF;
     -- The entries left: those of values still live (not of a column dropped since).
-    SELECT array_agg(c::text) INTO keys FROM ttl._value_columns(p) AS c;
     live := format('(SELECT pg_catalog.jsonb_object_agg(e.key, e.value) FROM pg_catalog.jsonb_each(%1$I) AS e '
                    'WHERE e.key OPERATOR(pg_catalog.=) ANY (%3$L::pg_catalog.text[]) '
                    'AND (pg_catalog.jsonb_typeof(e.value OPERATOR(pg_catalog.->) 1) OPERATOR(pg_catalog.=) ''null'' '
@@ -240,27 +238,14 @@ BEGIN
                       'WHERE k.k OPERATOR(pg_catalog.<>) ALL (%3$L::pg_catalog.text[])))',
                       pending, ttl._attname(p.relid, p.row_values_attnum), keys);
     sets := format('%s, %I = %s', sets, ttl._attname(p.relid, p.row_values_attnum), live);
-    range := format('ctid OPERATOR(pg_catalog.>=) %L::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) %L::pg_catalog.tid',
-                    format('(%s,0)', from_block), format('(%s,0)', to_block));
     -- %6$s: how the candidates are read (plain, or skipping rows the application holds)
     stmt := 'WITH due AS (SELECT ctid AS ttl_row, %4$s AS ttl_nulled FROM ONLY %1$s WHERE %3$s AND (%5$s) %6$s), '
             'done AS (UPDATE ONLY %1$s AS t SET %2$s FROM due WHERE t.ctid OPERATOR(pg_catalog.=) due.ttl_row AND (%5$s) '
             'RETURNING due.ttl_nulled) '
             'SELECT COALESCE(pg_catalog.sum(ttl_nulled), 0) FROM done';
-    PERFORM set_config('pg_ttl.expiring', 'on', true);
-    PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
-    PERFORM set_config('lock_timeout',
-                       coalesce((SELECT value FROM ttl.settings WHERE name = 'row_lock_timeout'), '50ms'), true);
-    BEGIN
-        EXECUTE format(stmt, part, sets, range, counted, pending, '') INTO n;
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout',
-                           coalesce((SELECT value FROM ttl.settings WHERE name = 'lock_timeout'), '1s'), true);
-        EXECUTE format(stmt, part, sets, range, counted, pending, 'FOR UPDATE SKIP LOCKED') INTO n;
-    END;
-    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
-    PERFORM set_config('pg_ttl.expiring', 'off', true);
-    RETURN n;
+    range := ttl._block_range_sql(from_block, to_block);
+    RETURN ttl._run_nulling(tbl, format(stmt, part, sets, range, counted, pending, ''),
+                            format(stmt, part, sets, range, counted, pending, 'FOR UPDATE SKIP LOCKED'));
 END
 $fn$;
 

@@ -1,3 +1,42 @@
+-- The blocks [from_block, to_block) of a table, as SQL over its ctid.
+CREATE OR REPLACE FUNCTION ttl._block_range_sql(from_block bigint, to_block bigint) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('ctid OPERATOR(pg_catalog.>=) %L::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) %L::pg_catalog.tid',
+                  format('(%s,0)', from_block), format('(%s,0)', to_block))
+$fn$;
+
+-- Run one nulling statement of `tbl` (a query returning how many values it
+-- changed), for ttl.null_expired_values and ttl.null_expired_cells: it is not a
+-- write (pg_ttl.expiring: no write time or row expiry moves), names resolve in
+-- the table's schema; the plain form under the short row_lock_timeout first,
+-- and if the application holds a row, `skip_locked` (the same, skipping the rows
+-- held) under lock_timeout.
+CREATE OR REPLACE FUNCTION ttl._run_nulling(tbl regclass, plain text, skip_locked text) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM set_config('pg_ttl.expiring', 'on', true);
+    PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
+    PERFORM set_config('lock_timeout',
+                       coalesce((SELECT value FROM ttl.settings WHERE name = 'row_lock_timeout'), '50ms'), true);
+    BEGIN
+        EXECUTE plain INTO n;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout',
+                           coalesce((SELECT value FROM ttl.settings WHERE name = 'lock_timeout'), '1s'), true);
+        EXECUTE skip_locked INTO n;
+    END;
+    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    PERFORM set_config('pg_ttl.expiring', 'off', true);
+    RETURN n;
+END
+$fn$;
+
 -- Column nulling, for the engine (pg_ttl/expire/columns.py). One batch on one
 -- table or leaf partition: the blocks [from_block, to_block) of it, read once
 -- (the engine walks a unit's blocks in ranges sized to hold about one batch of
@@ -19,10 +58,7 @@ DECLARE
     expiry text;
     target text;
     pending text;
-    stmt text;
-    skip_locked text;
     range text;
-    n bigint;
     a record;
 BEGIN
     SELECT * INTO cp FROM ttl.column_policy WHERE relid = tbl AND attnum = ttl._attnum(tbl, column_name, 'column');
@@ -51,28 +87,12 @@ BEGIN
     ELSE
         pending := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %I IS NOT NULL', expiry, cutoff, column_name);
     END IF;
-    range := format('ctid OPERATOR(pg_catalog.>=) %L::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) %L::pg_catalog.tid',
-                    format('(%s,0)', from_block), format('(%s,0)', to_block));
-    stmt := format('UPDATE ONLY %1$s SET %3$I = %4$s WHERE %5$s AND %2$s', part, pending, column_name, target, range);
-    skip_locked := format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %5$s AND %2$s FOR UPDATE SKIP LOCKED) '
-                          'UPDATE ONLY %1$s AS t SET %3$I = %4$s FROM due WHERE t.ctid = due.ctid AND %2$s',
-                          part, pending, column_name, target, range);
-    -- The nulling UPDATE must not refresh write times or row expiry.
-    PERFORM set_config('pg_ttl.expiring', 'on', true);
-    PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
-    PERFORM set_config('lock_timeout',
-                       coalesce((SELECT value FROM ttl.settings WHERE name = 'row_lock_timeout'), '50ms'), true);
-    BEGIN
-        EXECUTE stmt;
-        GET DIAGNOSTICS n = ROW_COUNT;
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM set_config('lock_timeout',
-                           coalesce((SELECT value FROM ttl.settings WHERE name = 'lock_timeout'), '1s'), true);
-        EXECUTE skip_locked;
-        GET DIAGNOSTICS n = ROW_COUNT;
-    END;
-    PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
-    PERFORM set_config('pg_ttl.expiring', 'off', true);
-    RETURN n;
+    range := ttl._block_range_sql(from_block, to_block);
+    RETURN ttl._run_nulling(tbl,
+        format('WITH done AS (UPDATE ONLY %1$s SET %3$I = %4$s WHERE %5$s AND %2$s RETURNING 1) '
+               'SELECT pg_catalog.count(*) FROM done', part, pending, column_name, target, range),
+        format('WITH due AS (SELECT ctid FROM ONLY %1$s WHERE %5$s AND %2$s FOR UPDATE SKIP LOCKED), '
+               'done AS (UPDATE ONLY %1$s AS t SET %3$I = %4$s FROM due WHERE t.ctid = due.ctid AND %2$s RETURNING 1) '
+               'SELECT pg_catalog.count(*) FROM done', part, pending, column_name, target, range));
 END
 $fn$;

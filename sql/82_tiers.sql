@@ -271,40 +271,11 @@ $fn$;
 
 -- Whole partitions (pg_ttl/expire/tiers.py): a range partition of T on its TTL
 -- column whose exclusive upper bound `upper` (text in the column's type) shows
--- that every row in it has reached a storage tier is exported whole, then
--- dropped or detached (ttl_partition_action) in the transaction that lists its
--- objects.
---
--- Has everything below `upper` reached `after` at `cutoff`? ttl.partition_expired's
--- judgement (sql/15_expiry.sql: the column's expiry definition at the bound,
--- a day later for an interval with months on a time of day) for another interval.
-CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    p ttl.policy;
-    latest timestamptz;
-BEGIN
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR upper IS NULL THEN
-        RETURN false;
-    END IF;
-    BEGIN
-        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
-                                                     format('%L::%s', upper, p.ttl_atttypid::regtype)))
-           INTO latest;
-        IF ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN
-            latest := latest + interval '1 day';
-        END IF;
-    EXCEPTION WHEN data_exception THEN
-        RETURN false;  -- e.g. out of range at the bound: not provably reached
-    END;
-    RETURN latest <= cutoff;
-END
-$fn$;
+-- that every row in it has reached a storage tier (ttl._bound_reached,
+-- sql/15_expiry.sql) is exported whole, then dropped or detached
+-- (ttl_partition_action) in the transaction that lists its objects.
 
+--
 -- The storage tier a range partition of T with upper bound `upper` is exported
 -- to whole at `cutoff`: the last storage tier everything in it has reached.
 -- NULL when it has reached none, or when it is past the final DELETE and the

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
+
+ENGINE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
 
 
 def catalog_state(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
@@ -12,3 +15,28 @@ def catalog_state(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
     policies = conn.execute("SELECT * FROM ttl.policy ORDER BY relid").fetchall()
     columns = conn.execute("SELECT * FROM ttl.column_policy ORDER BY relid, attnum").fetchall()
     return policies, columns
+
+
+def wait_for_engine_lock_wait(db: psycopg.Connection[Any], statement: str, seconds: float = 30) -> None:
+    """Until the engine's session waits on a lock in a statement starting with ``statement``
+    (e.g. 'DELETE', 'DROP TABLE'); fails if it never does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        waiting = db.execute(ENGINE_SESSIONS + " AND wait_event_type = 'Lock' AND query LIKE %s",
+                             (statement + "%",)).fetchone()
+        db.commit()
+        if waiting and waiting[0]:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the engine never reached its {statement}")
+
+
+def wait_for_engine_gone(db: psycopg.Connection[Any], seconds: float = 10) -> None:
+    """Until the server has ended the engine's session (after its process was killed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        gone = db.execute(ENGINE_SESSIONS).fetchone()
+        db.commit()
+        if gone == (0,):
+            return
+        time.sleep(0.05)

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
+from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
 
 COLS = "id, created_at, amount, note, tags::text"
 
@@ -173,28 +174,14 @@ def test_killed_between_writing_and_deleting_loses_and_duplicates_nothing(db: ps
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "events", "--quiet", "--dsn", dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            waiting = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
-                                 " AND wait_event_type = 'Lock' AND query LIKE 'DELETE%'").fetchone()
-            db.commit()
-            if waiting and waiting[0]:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the engine never reached its DELETE")
+        wait_for_engine_lock_wait(db, "DELETE")
         written = list(tmp_path.rglob("*.parquet"))
         assert written  # the object was written and verified before the DELETE
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
         blocker.rollback()
-    for _ in range(200):
-        gone = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'").fetchone()
-        db.commit()
-        if gone == (0,):
-            break
-        time.sleep(0.05)
+    wait_for_engine_gone(db)
     # nothing committed: every row still here, no object listed, the written one unlisted
     assert db.execute("SELECT count(*) FROM events").fetchone() == (60,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)

@@ -20,6 +20,7 @@ import pytest
 
 from pg_ttl.archive.storage import StorageError
 from pg_ttl.expire import expire, partitions, tiers
+from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
 from tests.test_tiers import _check_objects, _manifest
 
 ALL_IDS = [*range(1, 51), 71]  # the rows past the tier: 1-40 in pev_old, 41-50 in pev_mid, 71 in the default
@@ -195,27 +196,13 @@ def test_killed_before_the_drop_loses_and_duplicates_nothing(db: psycopg.Connect
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "pev", "--quiet", "--dsn", dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            waiting = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
-                                 " AND wait_event_type = 'Lock' AND query LIKE 'DROP TABLE%'").fetchone()
-            db.commit()
-            if waiting and waiting[0]:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the engine never reached its DROP")
+        wait_for_engine_lock_wait(db, "DROP TABLE")
         assert list(tmp_path.rglob("*.parquet"))  # written and verified, listed in the open transaction
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
         blocker.rollback()
-    for _ in range(200):
-        gone = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'").fetchone()
-        db.commit()
-        if gone == (0,):
-            break
-        time.sleep(0.05)
+    wait_for_engine_gone(db)
     # nothing committed: every row still in the table, nothing listed
     assert db.execute("SELECT count(*) FROM pev").fetchone() == (72,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
