@@ -539,18 +539,20 @@ AS $fn$
 DECLARE
     p ttl.policy;
     had boolean;
+    wanted boolean;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     had := EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'ttl_partition_expiry' AND NOT tgisinternal);
+    wanted := p.row_expiry_attnum IS NOT NULL AND (SELECT relkind FROM pg_class WHERE oid = tbl) = 'p';
     IF had THEN
         EXECUTE format('DROP TRIGGER ttl_partition_expiry ON %s', tbl::regclass);
     END IF;
     -- Tracking starts (records from an earlier time are stale) or stops: forget.
     -- Replaced in the same transaction, it misses no write: the records stay.
-    IF NOT had OR p.row_expiry_attnum IS NULL OR (SELECT relkind FROM pg_class WHERE oid = tbl) <> 'p' THEN
+    IF NOT had OR NOT wanted THEN
         PERFORM ttl._forget_partitions(tbl);
     END IF;
-    IF p.row_expiry_attnum IS NOT NULL AND (SELECT relkind FROM pg_class WHERE oid = tbl) = 'p' THEN
+    IF wanted THEN
         EXECUTE format('CREATE TRIGGER ttl_partition_expiry AFTER INSERT OR UPDATE ON %s FOR EACH ROW '
                        'EXECUTE FUNCTION ttl._track_partition(%L, %L)', tbl::regclass,
                        ttl._attname(tbl, p.row_expiry_attnum),

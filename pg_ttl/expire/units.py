@@ -100,17 +100,12 @@ class RangeKey:
     typname: str  # the type's name in pg_catalog, e.g. 'date'
 
 
-def _range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
+def range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
     """The column a table is RANGE-partitioned on, if it is one plain column."""
     row = conn.execute(PARTITION_KEY, (relid,)).fetchone()
     if row is None or row[0] != "r" or row[1] != 1 or row[2] is None:
         return None
     return RangeKey(str(row[2]), sql.Identifier(str(row[3]), str(row[4])), str(row[4]))
-
-
-def range_key(conn: psycopg.Connection[Any], relid: int) -> RangeKey | None:
-    """The column a table is RANGE-partitioned on, if it is one plain column."""
-    return _range_key(conn, relid)
 
 
 def monotone_column(expression: str) -> str | None:
@@ -228,7 +223,7 @@ def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
 
 def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, relid: int,
           ident: sql.Identifier, units: list[Unit]) -> None:
-    key = _range_key(conn, relid)
+    key = range_key(conn, relid)
     grows_with = policy.column if policy.expression is None else monotone_column(policy.expression)
     on_ttl_column = key is not None and grows_with is not None and key.column == grows_with
     children = conn.execute(CHILDREN, (relid,)).fetchall()
