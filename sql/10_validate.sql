@@ -243,6 +243,11 @@ BEGIN
                   HINT = 'A table whose TTL counts from a column of its own drops a partition by that column''s bound.';
     END IF;
     -- Where they would do nothing, they are refused rather than stored without effect.
+    IF NEW.value_ttl_overrides_table_ttl AND NEW.row_expiry_attnum IS NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_value_ttl_overrides_table_ttl" applies to per-row TTL tables only ("ttl_expire_after" without "ttl_column"): a row''s own TTL is what it replaces the table TTL with', tbl
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A table whose TTL counts from a column of its own has no per-write TTL to prefer.';
+    END IF;
     IF NEW.ignore_value_ttl AND (SELECT relkind FROM pg_class WHERE oid = NEW.relid) <> 'p' THEN
         RAISE EXCEPTION 'table %: "ttl_ignore_value_ttl" decides when a partition is dropped, and % is not partitioned', tbl, tbl
             USING ERRCODE = 'invalid_parameter_value';

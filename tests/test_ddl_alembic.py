@@ -43,7 +43,7 @@ REVISIONS = {
         def upgrade():
             op.execute("CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
             op.enable_ttl("events", expire_after="30 days", column="created_at", job_cron="@daily",
-                          value_ttl_overrides_table_ttl=True)
+                          strict=True)
 
         def downgrade():
             op.disable_ttl("events")
@@ -79,7 +79,7 @@ REVISIONS = {
         down_revision = "r2"
 
         BEFORE = {"expire_after": "30 days", "column": "created_at", "delete_batch_size": 500, "pause": True,
-                  "value_ttl_overrides_table_ttl": True}
+                  "strict": True}
 
         def upgrade():
             op.disable_ttl("events", existing=BEFORE)
@@ -143,7 +143,7 @@ def test_upgrade_and_downgrade_restore_each_state(db: Conn, run: Any) -> None:
     run("upgrade", "r1")
     s1 = _state(db)
     assert s1["events"]["ttl_expire_after"] == "30 days" and s1["events"]["ttl_job_cron"] == "@daily"
-    assert s1["events"]["ttl_value_ttl_overrides_table_ttl"] == "true"
+    assert s1["events"]["ttl_strict"] == "true"
     assert s1["version"] == ("r1",)
 
     run("upgrade", "r2")

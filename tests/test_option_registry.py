@@ -57,7 +57,7 @@ def test_a_direct_insert_takes_the_registry_defaults_including_the_default_sched
 
 
 # Options of per-row TTL tables only (docs/row-and-column-ttl.md).
-PER_ROW_ONLY = ("value_ttls", "ignore_value_ttl")
+PER_ROW_ONLY = ("value_ttl_overrides_table_ttl", "value_ttls", "ignore_value_ttl")
 
 
 def test_enable_set_and_reset_every_option_follow_the_registry(conn: Conn) -> None:

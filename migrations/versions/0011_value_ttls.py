@@ -33,6 +33,11 @@ CREATE TABLE ttl.partition_expiry (
 );
 GRANT SELECT ON ttl.partition_expiry TO PUBLIC;
 
+-- "ttl_value_ttl_overrides_table_ttl" did nothing on a table whose TTL counts from a
+-- column or an expression; it is refused there from now on, so it is reset there.
+UPDATE ttl.policy SET value_ttl_overrides_table_ttl = false
+ WHERE value_ttl_overrides_table_ttl AND row_expiry_attnum IS NULL;
+
 INSERT INTO ttl.settings (name, value, description) VALUES
     ('partition_expiry_step', '1 hour',
      'per-row TTL partitions: the latest write and expiry kept per partition are rounded up to this step '
