@@ -127,7 +127,7 @@ def updates(server: LocalServer, rows: int, seconds: int) -> dict[str, dict[str,
                                    ).fetchone()
                 assert row is not None
                 if layout == "queue":
-                    verify = conn.execute("SELECT missing, stale FROM ttl.queue_verify('t')").fetchone()
+                    verify = conn.execute("SELECT missing, late FROM ttl.queue_verify('t')").fetchone()
                     assert verify == (0, 0), verify
             out[f"{workload}: {layout}"] = {"tps": tps, "hot_share": (row[1] / row[0]) if row[0] else 0.0}
     return out

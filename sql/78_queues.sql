@@ -90,8 +90,11 @@ $fn$;
 --   types: their types, as SQL
 --   expiry: when a row expires, over T's columns (ttl._row_expiry_sql)
 --   shard:  the shard of a row, over T's key columns
+--   src:    T's rows as a FROM item: ONLY T, or for a partitioned table T itself
+--           (its partitions' rows)
 CREATE OR REPLACE FUNCTION ttl._queue_sql(tbl oid, OUT qname text, OUT keys text[], OUT ks text[], OUT types text[],
-                                          OUT expiry text, OUT shard text, OUT shards integer)
+                                          OUT expiry text, OUT shard text, OUT shards integer, OUT src text,
+                                          OUT parted boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -114,6 +117,8 @@ BEGIN
     expiry := ttl._row_expiry_sql(p);
     shards := q.shards;
     shard := ttl._queue_shard_sql(tbl, q.key_attnums, '', q.shards);
+    parted := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
+    src := CASE WHEN parted THEN tbl::regclass::text ELSE 'ONLY ' || tbl::regclass::text END;
 END
 $fn$;
 
@@ -129,25 +134,38 @@ AS $fn$
       FROM generate_subscripts(types, 1) i
 $fn$;
 
--- Drop T's queue: its triggers, its trigger function and its tables.
+-- The trigger functions of T's queue that exist (none, one or both).
+CREATE OR REPLACE FUNCTION ttl._queue_functions(tbl oid) RETURNS oid[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(array_agg(p.oid), '{}')
+      FROM pg_proc p
+     WHERE p.pronamespace = 'ttl'::regnamespace
+       AND p.proname IN (format('queue_%s_sync', tbl), format('queue_%s_move', tbl)) AND p.pronargs = 0
+$fn$;
+
+-- Drop T's queue: its triggers (on T, and on its partitions), its trigger
+-- functions and its tables.
 CREATE OR REPLACE FUNCTION ttl._queue_drop(tbl oid) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     q ttl.queue;
-    t text;
+    t record;
 BEGIN
     -- The record first: dropping the queue table fires the event trigger again.
     DELETE FROM ttl.queue WHERE relid = tbl RETURNING * INTO q;
     IF q.relid IS NULL THEN
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN
-        FOREACH t IN ARRAY ARRAY['ttl_queue_insert', 'ttl_queue_update', 'ttl_queue_delete', 'ttl_queue_truncate'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', t, tbl::regclass);
-        END LOOP;
-    END IF;
+    -- Wherever they are (a partition detached meanwhile included); a row
+    -- trigger's clones on partitions go with it.
+    FOR t IN SELECT tg.tgname, tg.tgrelid FROM pg_trigger tg
+              WHERE tg.tgfoid = ANY (ttl._queue_functions(tbl)) AND tg.tgparentid = 0 LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass);
+    END LOOP;
     IF EXISTS (SELECT 1 FROM pg_class WHERE oid = q.queue_relid) THEN
         EXECUTE format('DROP TABLE %s', q.queue_relid::regclass);
     END IF;
@@ -161,9 +179,12 @@ REVOKE ALL ON FUNCTION ttl._queue_drop(oid) FROM PUBLIC;
 
 -- Make T's queue match its policy: none without "ttl_queue_shards", else one
 -- with that many shards for the current expiry definition (rebuilt, and filled
--- again, when either changed). SECURITY DEFINER: the queue lives in pg_ttl's
--- schema; it acts only on what the policy row says, and only T's owners can
--- write that row (row security on ttl.policy).
+-- again, when either changed), with its triggers on T and, for a partitioned
+-- T, on each of its partitions (ttl._queue_triggers). The event triggers call
+-- it after CREATE TABLE ... PARTITION OF and ALTER TABLE (ATTACH, DETACH).
+-- SECURITY DEFINER: the queue lives in pg_ttl's schema; it acts only on what the
+-- policy row says, and only T's owners can write that row (row security on
+-- ttl.policy).
 CREATE OR REPLACE FUNCTION ttl._queue_sync(tbl oid) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -176,9 +197,6 @@ DECLARE
     key smallint[];
     base text;
     parent text;
-    fn text := format('queue_%s_sync', tbl);
-    move_fn text := format('queue_%s_move', tbl);
-    f text;
     s record;
     k integer;
     cols text := '';
@@ -190,15 +208,18 @@ BEGIN
         PERFORM ttl._queue_drop(tbl);
         q := NULL;
     END IF;
-    IF p.relid IS NULL OR p.queue_shards = 0 OR q.relid IS NOT NULL THEN
+    IF p.relid IS NULL OR p.queue_shards = 0 THEN
+        RETURN;
+    END IF;
+    IF q.relid IS NOT NULL THEN
+        PERFORM ttl._queue_triggers(tbl, false);  -- partitions created, attached or detached since
         RETURN;
     END IF;
     SELECT c2.relname, c2.relkind, c2.relowner, n.nspname INTO c
       FROM pg_class c2 JOIN pg_namespace n ON n.oid = c2.relnamespace WHERE c2.oid = tbl;
-    IF c.relkind <> 'r' THEN
-        RAISE EXCEPTION 'table % is partitioned: "ttl_queue_shards" is not supported on partitioned tables yet', tbl::regclass
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Range partitions on the TTL column are dropped whole; other partitions are swept by block ranges.';
+    IF c.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '% is not a table: "ttl_queue_shards" needs one', tbl::regclass
+            USING ERRCODE = 'wrong_object_type';
     END IF;
     key := ttl._queue_key(tbl);
     IF key IS NULL THEN
@@ -235,33 +256,105 @@ BEGIN
     EXECUTE format('COMMENT ON TABLE %s IS %L', parent, ttl._row_expiry_sql(p));
     INSERT INTO ttl.queue (relid, queue_relid, shards, key_attnums)
     VALUES (tbl, parent::regclass, p.queue_shards, key);
-    EXECUTE format(
-        'CREATE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
-        ' SET search_path = pg_catalog, %I, pg_temp AS %L',
-        fn, c.nspname, ttl._queue_trigger_body(tbl));
-    EXECUTE format(
-        'CREATE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
-        ' SET search_path = pg_catalog, %I, pg_temp SET plan_cache_mode = force_generic_plan AS %L',
-        move_fn, c.nspname, ttl._queue_move_body(tbl));
-    FOREACH f IN ARRAY ARRAY[fn, move_fn] LOOP
-        EXECUTE format('ALTER FUNCTION ttl.%I() OWNER TO %I', f, pg_get_userbyid(c.relowner));
-        EXECUTE format('REVOKE ALL ON FUNCTION ttl.%I() FROM PUBLIC', f);
-    END LOOP;
-    EXECUTE format('CREATE TRIGGER ttl_queue_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows'
-                   ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', tbl::regclass, fn);
-    EXECUTE format('CREATE TRIGGER ttl_queue_update AFTER UPDATE ON %s FOR EACH ROW WHEN (%s)'
-                   ' EXECUTE FUNCTION ttl.%I()', tbl::regclass, ttl._queue_changed_sql(tbl), move_fn);
-    EXECUTE format('CREATE TRIGGER ttl_queue_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows'
-                   ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', tbl::regclass, fn);
-    EXECUTE format('CREATE TRIGGER ttl_queue_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()',
-                   tbl::regclass, fn);
+    PERFORM ttl._queue_triggers(tbl, true);
     RAISE NOTICE 'table % has an expiration queue of % shards (%); existing rows are added to it by the next pass (or SELECT ttl.queue_backfill(%))',
         tbl::regclass, p.queue_shards, parent, quote_literal(tbl::regclass::text);
 END
 $fn$;
 
+-- T's queue triggers: with `refresh`, its trigger functions (re)written and
+-- every trigger made anew (a new queue; an upgrade of pg_ttl); else only the
+-- partitions that lack them get them, and tables no longer T's partitions
+-- (detached) lose theirs.
+--   ttl_queue_insert, _delete: statement-level, on T and on each partition of a
+--     partitioned T (a write made directly to a partition fires only its own
+--     statement triggers; one made through T only T's).
+--   ttl_queue_truncate: on T (TRUNCATE of T empties the queue; the entries of a
+--     partition truncated alone are removed by the drain, their rows being gone).
+--   ttl_queue_update: row-level, on T (a partitioned T's partitions get it
+--     from T, those created later included), fired by its WHEN clause only for
+--     an UPDATE after which the row's entry may be late: see ttl._queue_changed_sql.
+--   ttl_queue_moves: statement-level, on a partitioned T and its partitioned
+--     partitions: an UPDATE that moves rows to another partition fires no row
+--     UPDATE trigger, only this one.
+-- A partition attached with rows makes the queue fill again (its rows have no
+-- entries yet); an empty one does not.
+CREATE OR REPLACE FUNCTION ttl._queue_triggers(tbl oid, refresh boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    owner name := (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = tbl);
+    nsp name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl);
+    fn text := format('queue_%s_sync', tbl);
+    move_fn text := format('queue_%s_move', tbl);
+    f text;
+    t record;
+    r record;
+    members oid[];
+    filled boolean := false;
+BEGIN
+    IF refresh THEN
+        FOR t IN SELECT tg.tgname, tg.tgrelid FROM pg_trigger tg
+                  WHERE tg.tgfoid = ANY (ttl._queue_functions(tbl)) AND tg.tgparentid = 0 LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass);
+        END LOOP;
+        EXECUTE format(
+            'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
+            ' SET search_path = pg_catalog, %I, pg_temp AS %L',
+            fn, nsp, ttl._queue_trigger_body(tbl));
+        EXECUTE format(
+            'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
+            ' SET search_path = pg_catalog, %I, pg_temp SET plan_cache_mode = force_generic_plan AS %L',
+            move_fn, nsp, ttl._queue_move_body(tbl));
+        FOREACH f IN ARRAY ARRAY[fn, move_fn] LOOP
+            EXECUTE format('ALTER FUNCTION ttl.%I() OWNER TO %I', f, owner);
+            EXECUTE format('REVOKE ALL ON FUNCTION ttl.%I() FROM PUBLIC', f);
+        END LOOP;
+        EXECUTE format('CREATE TRIGGER ttl_queue_update AFTER UPDATE ON %s FOR EACH ROW WHEN (%s)'
+                       ' EXECUTE FUNCTION ttl.%I()', tbl::regclass, ttl._queue_changed_sql(tbl), move_fn);
+        EXECUTE format('CREATE TRIGGER ttl_queue_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()',
+                       tbl::regclass, fn);
+    END IF;
+    SELECT array_agg(relid) INTO members FROM pg_partition_tree(tbl);
+    members := coalesce(members, ARRAY[tbl]);
+    -- Tables detached from T keep no trigger of its queue.
+    FOR t IN SELECT tg.tgname, tg.tgrelid FROM pg_trigger tg
+              WHERE tg.tgfoid = ANY (ttl._queue_functions(tbl)) AND tg.tgparentid = 0
+                AND tg.tgrelid <> ALL (members) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass);
+    END LOOP;
+    FOR r IN SELECT c.oid, c.relkind FROM pg_class c WHERE c.oid = ANY (members)
+              AND NOT EXISTS (SELECT 1 FROM pg_trigger tg WHERE tg.tgrelid = c.oid AND tg.tgname = 'ttl_queue_insert') LOOP
+        EXECUTE format('CREATE TRIGGER ttl_queue_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', r.oid::regclass, fn);
+        EXECUTE format('CREATE TRIGGER ttl_queue_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', r.oid::regclass, fn);
+        IF r.relkind = 'p' THEN
+            EXECUTE format('CREATE TRIGGER ttl_queue_moves AFTER UPDATE ON %s'
+                           ' REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'
+                           ' FOR EACH STATEMENT EXECUTE FUNCTION ttl.%I()', r.oid::regclass, fn);
+        ELSIF NOT refresh AND r.oid <> tbl THEN
+            -- a partition new to T: attached with rows, they need entries
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', r.oid::regclass) INTO filled;
+            IF filled THEN
+                UPDATE ttl.queue SET backfilled = false, backfill_after = NULL WHERE relid = tbl;
+                RAISE NOTICE 'partition % was attached with rows: the expiration queue of % is filled again by the next pass',
+                    r.oid::regclass, tbl::regclass;
+            END IF;
+        END IF;
+    END LOOP;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION ttl._queue_triggers(oid, boolean) FROM PUBLIC;
+
 -- The body of T's statement-level trigger function: entries as sets of
--- (shard, expiry, key) from the transition tables.
+-- (shard, expiry, key) from the transition tables. INSERT adds; DELETE removes
+-- the entries at the rows' expiry (an entry left earlier than that, see
+-- ttl._queue_changed_sql, is removed by the drain: its row is gone); UPDATE (of
+-- a partitioned table: rows moved to another partition) adds an entry for each
+-- key new to the statement and removes those of keys it no longer has.
 CREATE OR REPLACE FUNCTION ttl._queue_trigger_body(tbl oid) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -285,6 +378,11 @@ BEGIN
         SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL ON CONFLICT DO NOTHING;
     ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM %1$s q USING (%4$s) o WHERE %6$s;
+    ELSIF TG_OP = 'UPDATE' THEN
+        DELETE FROM %1$s q USING (%4$s) o WHERE %6$s AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%7$s) = (%8$s));
+        INSERT INTO %1$s (shard, expires_at, %2$s)
+        SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM old_rows o WHERE (%9$s) = (%10$s)) ON CONFLICT DO NOTHING;
     ELSE
         TRUNCATE %1$s;
         UPDATE ttl.queue SET backfill_after = NULL, backfilled = true WHERE relid = %5$s;
@@ -292,43 +390,81 @@ BEGIN
     RETURN NULL;
 END
 $body$, s.qname, ks, format('SELECT %s AS shard, %s AS expires_at, %s FROM new_rows', s.shard, s.expiry, keysel),
-        format('SELECT %s AS shard, %s AS expires_at, %s FROM old_rows', s.shard, s.expiry, keysel), tbl, match);
+        format('SELECT %s AS shard, %s AS expires_at, %s FROM old_rows', s.shard, s.expiry, keysel), tbl, match,
+        (SELECT string_agg('n.' || k, ', ') FROM unnest(s.keys) k),
+        (SELECT string_agg('o.' || k, ', ') FROM unnest(s.ks) k),
+        (SELECT string_agg('o.' || k, ', ') FROM unnest(s.keys) k),
+        (SELECT string_agg('n.' || k, ', ') FROM unnest(s.ks) k));
 END
 $fn$;
 
--- When an UPDATE may move a row's entry (the row trigger's WHEN clause): its
--- expiry column or key changed. An expression policy may read any column:
--- then any change. No function call: the condition runs as whoever updates.
-CREATE OR REPLACE FUNCTION ttl._queue_changed_sql(tbl oid) RETURNS text
+-- The column whose value is the row's expiry, or from which it is computed by
+-- a non-decreasing function (a TTL column: its value plus ttl_expire_after, in
+-- UTC; a per-row TTL's expiry column), as a quoted name; NULL when the expiry
+-- is an expression (a CQL-style table's included: its values count too).
+CREATE OR REPLACE FUNCTION ttl._queue_expiry_column(tbl oid) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     p ttl.policy;
-    q ttl.queue;
-    cols text[];
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
-    IF p.ttl_attnum IS NULL AND p.row_expiry_attnum IS NULL THEN
-        RETURN 'OLD.* IS DISTINCT FROM NEW.*';
+    IF p.ttl_attnum IS NOT NULL AND p.expiration_expression IS NULL THEN
+        RETURN format('%I', ttl._attname(tbl, p.ttl_attnum));
+    ELSIF p.row_expiry_attnum IS NOT NULL AND p.row_values_attnum IS NULL THEN
+        IF p.expiration_expression IS NOT DISTINCT FROM ttl._managed_expression(p) THEN
+            RETURN format('%I', ttl._attname(tbl, p.row_expiry_attnum));
+        END IF;
     END IF;
-    SELECT array_agg(format('%I', a.attname) ORDER BY a.attnum) INTO cols
-      FROM pg_attribute a
-     WHERE a.attrelid = tbl AND (a.attnum = ANY (q.key_attnums) OR a.attnum = coalesce(p.ttl_attnum, p.row_expiry_attnum));
-    RETURN format('(%s) IS DISTINCT FROM (%s)',
-                  (SELECT string_agg('OLD.' || c, ', ') FROM unnest(cols) c),
-                  (SELECT string_agg('NEW.' || c, ', ') FROM unnest(cols) c));
+    RETURN NULL;
 END
 $fn$;
 
--- The body of T's row-level UPDATE trigger function: the old entry goes
--- unless a row of the table has that key at that expiry now (AFTER row
+-- When an UPDATE needs the row trigger (its WHEN clause). A row's entry may be
+-- EARLY, never late: every row with an expiry has an entry at or before it. An
+-- UPDATE that keeps the key and makes the expiry later (the usual refresh,
+-- SET seen_at = now()), keeps it, or makes it NULL leaves the entry where it
+-- is: the drain, reaching an entry whose row expires later, moves it there. So
+-- the trigger fires only when the key changed, the expiry column got a smaller
+-- value, or got one after NULL; the expiry being non-decreasing in that column,
+-- the column is compared as it is, and such an UPDATE runs no function and
+-- stays a HOT update. An expression may read any column: then any change fires
+-- it, and the function compares the expiries. No function call in the
+-- condition: it runs as whoever updates.
+CREATE OR REPLACE FUNCTION ttl._queue_changed_sql(tbl oid) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    q ttl.queue;
+    col text := ttl._queue_expiry_column(tbl);
+    keys text[];
+BEGIN
+    IF col IS NULL THEN
+        RETURN 'OLD.* IS DISTINCT FROM NEW.*';
+    END IF;
+    SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
+    SELECT array_agg(format('%I', a.attname) ORDER BY k.ord) INTO keys
+      FROM unnest(q.key_attnums) WITH ORDINALITY k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum;
+    RETURN format('(%1$s) IS DISTINCT FROM (%2$s) OR NEW.%3$s OPERATOR(pg_catalog.<) OLD.%3$s'
+                  ' OR (OLD.%3$s IS NULL AND NEW.%3$s IS NOT NULL)',
+                  (SELECT string_agg('OLD.' || k, ', ') FROM unnest(keys) k),
+                  (SELECT string_agg('NEW.' || k, ', ') FROM unnest(keys) k), col);
+END
+$fn$;
+
+-- The body of T's row-level UPDATE trigger function. Same key and a later (or
+-- the same, or no) expiry: nothing (the entry stays early). Else the old entry
+-- goes, unless a row of the table has that key at that expiry now (AFTER row
 -- triggers fire once the whole statement is done: rows that swapped keys keep
 -- their entries; a row whose key did not change cannot have lost it to
--- another), the new one is added. For a TTL column (or per-row expiry) the
--- expiry and the shard are plain expressions over OLD and NEW (no query);
--- an expression policy's expression is read over the row in a query. Its
+-- another), and one at the new expiry is added. An entry the row had left
+-- earlier than its old expiry is not at the old expiry: it stays, and the
+-- drain removes it (its row is gone or expires later). For an expiry column the
+-- expiry and the shard are plain expressions over OLD and NEW (no query); an
+-- expression policy's expression is read over the row in a query. Its
 -- statements keep one plan (plan_cache_mode): with the shard known, the
 -- planner would otherwise plan each UPDATE anew to prune the other shards. Column
 -- names win over the function's own variables, whose names no table is likely
@@ -340,6 +476,7 @@ AS $fn$
 DECLARE
     s record;
     p ttl.policy;
+    col text := ttl._queue_expiry_column(tbl);
     old_e text;
     new_e text;
     old_k text;
@@ -349,14 +486,12 @@ BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     old_k := (SELECT string_agg('OLD.' || k, ', ') FROM unnest(s.keys) k);
     new_k := (SELECT string_agg('NEW.' || k, ', ') FROM unnest(s.keys) k);
-    IF p.row_expiry_attnum IS NOT NULL THEN
-        old_e := format('pg_ttl_old_expiry := OLD.%I;', ttl._attname(tbl, p.row_expiry_attnum));
-        new_e := format('pg_ttl_new_expiry := NEW.%I;', ttl._attname(tbl, p.row_expiry_attnum));
-    ELSIF p.ttl_attnum IS NOT NULL THEN
-        old_e := format('pg_ttl_old_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
-                                                                     format('OLD.%I', ttl._attname(tbl, p.ttl_attnum))));
-        new_e := format('pg_ttl_new_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
-                                                                     format('NEW.%I', ttl._attname(tbl, p.ttl_attnum))));
+    IF col IS NOT NULL AND p.ttl_attnum IS NULL THEN
+        old_e := format('pg_ttl_old_expiry := OLD.%s;', col);
+        new_e := format('pg_ttl_new_expiry := NEW.%s;', col);
+    ELSIF col IS NOT NULL THEN
+        old_e := format('pg_ttl_old_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after, 'OLD.' || col));
+        new_e := format('pg_ttl_new_expiry := %s;', ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after, 'NEW.' || col));
     ELSE
         old_e := format('SELECT %s INTO pg_ttl_old_expiry FROM (SELECT OLD.*) r;', s.expiry);
         new_e := format('SELECT %s INTO pg_ttl_new_expiry FROM (SELECT NEW.*) r;', s.expiry);
@@ -369,8 +504,12 @@ DECLARE
 BEGIN
     %2$s
     %3$s
+    IF (%4$s) IS NOT DISTINCT FROM (%5$s)
+       AND (pg_ttl_new_expiry IS NULL OR pg_ttl_new_expiry OPERATOR(pg_catalog.>=) pg_ttl_old_expiry) THEN
+        RETURN NULL;
+    END IF;
     IF pg_ttl_old_expiry IS NOT NULL AND ((%4$s) IS NOT DISTINCT FROM (%5$s) OR NOT EXISTS (
-           SELECT 1 FROM ONLY %6$s m WHERE (%7$s) = (%4$s) AND %8$s = pg_ttl_old_expiry)) THEN
+           SELECT 1 FROM %6$s m WHERE (%7$s) = (%4$s) AND %8$s = pg_ttl_old_expiry)) THEN
         DELETE FROM %1$s q WHERE q.shard = %9$s AND q.expires_at = pg_ttl_old_expiry AND (%10$s) = (%4$s);
     END IF;
     IF pg_ttl_new_expiry IS NOT NULL THEN
@@ -378,7 +517,7 @@ BEGIN
     END IF;
     RETURN NULL;
 END
-$body$, s.qname, old_e, new_e, old_k, new_k, tbl::regclass,
+$body$, s.qname, old_e, new_e, old_k, new_k, s.src,
         (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry,
         ttl._queue_shard_sql(tbl, (SELECT key_attnums FROM ttl.queue WHERE relid = tbl), 'OLD.', s.shards),
         (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k),
@@ -414,13 +553,13 @@ BEGIN
         (SELECT string_agg(format('(%L::pg_catalog.jsonb OPERATOR(pg_catalog.->>) %s)::%s', q.backfill_after, i - 1, s.types[i]), ', ')
            FROM generate_subscripts(s.keys, 1) i)) END;
     PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
-    EXECUTE format('WITH b AS (SELECT %2$s AS shard, %3$s AS expires_at, %4$s FROM ONLY %5$s WHERE %6$s ORDER BY %7$s LIMIT %8$s),'
+    EXECUTE format('WITH b AS (SELECT %2$s AS shard, %3$s AS expires_at, %4$s FROM %5$s WHERE %6$s ORDER BY %7$s LIMIT %8$s),'
                    ' i AS (INSERT INTO %1$s (shard, expires_at, %9$s) SELECT shard, expires_at, %9$s FROM b'
                    '       WHERE expires_at IS NOT NULL ON CONFLICT DO NOTHING)'
                    ' SELECT count(*), (SELECT pg_catalog.jsonb_build_array(%9$s) FROM b ORDER BY %10$s LIMIT 1) FROM b',
                    s.qname, s.shard, s.expiry,
                    (SELECT string_agg(format('%s AS %s', s.keys[i], s.ks[i]), ', ') FROM generate_subscripts(s.keys, 1) i),
-                   tbl, after_keys, array_to_string(s.keys, ', '), batch, array_to_string(s.ks, ', '),
+                   s.src, after_keys, array_to_string(s.keys, ', '), batch, array_to_string(s.ks, ', '),
                    (SELECT string_agg(s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i))
        INTO n, last;
     PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -433,8 +572,9 @@ $fn$;
 -- `cutoff`: the first $2 entries after position $1 (a jsonb array
 -- [expires_at, k1, ..., kn]; NULL: from the start) whose expiry is at or
 -- before the cutoff; their rows, re-checked (ttl.expired_sql) and not locked by
--- the application, are deleted (the DELETE trigger removes their entries).
--- Returns (entries read, rows deleted, the last entry's position).
+-- the application, are deleted, and with them these entries (the DELETE
+-- trigger removes the entries at the rows' expiry; an earlier one is removed
+-- here). Returns (entries read, rows deleted, the last entry's position).
 -- Run as T's owner with names resolving as ttl._table_search_path(T) says.
 CREATE OR REPLACE FUNCTION ttl.queue_drain_sql(tbl oid, shard integer, cutoff timestamptz) RETURNS text
 LANGUAGE plpgsql STABLE
@@ -443,6 +583,8 @@ AS $fn$
 DECLARE
     s record;
     expired text;
+    bks text;
+    doomed text;
 BEGIN
     IF cutoff > now() THEN
         RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
@@ -450,88 +592,117 @@ BEGIN
     END IF;
     s := ttl._queue_sql(tbl);
     SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
+    bks := (SELECT string_agg('b.' || k, ', ') FROM unnest(s.ks) k);
+    -- A table's rows are found again by ctid; a partitioned table's by key
+    -- (a ctid is only unique within one partition).
+    doomed := CASE WHEN s.parted
+        THEN format('(%1$s) IN (SELECT %1$s FROM %2$s WHERE (%1$s) IN (SELECT %3$s FROM b) AND %4$s FOR UPDATE SKIP LOCKED)',
+                    array_to_string(s.keys, ', '), s.src, array_to_string(s.ks, ', '), expired)
+        ELSE format('ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid FROM %1$s WHERE (%2$s) IN (SELECT %3$s FROM b)'
+                    ' AND %4$s FOR UPDATE SKIP LOCKED))', s.src, array_to_string(s.keys, ', '),
+                    array_to_string(s.ks, ', '), expired) END;
     RETURN format(
         'WITH b AS (SELECT q.expires_at, %1$s FROM ONLY %2$s q'
         '            WHERE q.shard OPERATOR(pg_catalog.=) %3$s AND q.expires_at OPERATOR(pg_catalog.<=) %4$L::pg_catalog.timestamptz'
         '              AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %1$s) OPERATOR(pg_catalog.>) (%5$s))'
         '            ORDER BY q.expires_at, %1$s LIMIT $2),'
-        ' d AS (DELETE FROM ONLY %6$s WHERE ctid OPERATOR(pg_catalog.=) ANY(ARRAY('
-        '           SELECT ctid FROM ONLY %6$s WHERE (%7$s) IN (SELECT %8$s FROM b) AND %9$s FOR UPDATE SKIP LOCKED))'
-        '         AND %9$s RETURNING 1)'
+        ' d AS (DELETE FROM %6$s WHERE %7$s AND %8$s RETURNING %9$s),'
+        ' e AS (DELETE FROM ONLY %2$s q USING b WHERE q.expires_at OPERATOR(pg_catalog.=) b.expires_at'
+        '         AND (%13$s) = (%10$s) AND (%10$s) IN (SELECT * FROM d))'
         ' SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM d),'
         '        (SELECT pg_catalog.jsonb_build_array(b.expires_at, %10$s) FROM b ORDER BY b.expires_at DESC, %11$s LIMIT 1)',
         (SELECT string_agg('q.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
         format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
                                            WHERE q2.relid = tbl), shard)),
         shard, cutoff, ttl._queue_pos_sql(s.types, 1),
-        tbl::regclass, array_to_string(s.keys, ', '), array_to_string(s.ks, ', '), expired,
-        (SELECT string_agg('b.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
-        (SELECT string_agg('b.' || s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i));
+        s.src, doomed, expired, array_to_string(s.keys, ', '), bks,
+        (SELECT string_agg('b.' || s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i), NULL,
+        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k));
 END
 $fn$;
 
 -- The statement that repairs the entries of shard `shard` in positions
--- ($1, $2] (after a drain batch): an entry whose row is gone goes; an entry
--- whose row now expires at another instant (a stale entry) is moved to the
--- row's expiry. Rows deleted by the drain took their entries with them; rows
--- the application held keep theirs for the next pass. Returns the entries
--- removed.
+-- ($1, $2] (after a drain batch that left some rows): an entry whose row is
+-- gone goes; an entry whose row now expires at another instant (an early one,
+-- or one left by a race) is moved to the row's expiry. The rows whose entries
+-- move are locked (FOR SHARE) while their expiry is read, so that an UPDATE
+-- cannot make the expiry earlier between the read and the commit (its trigger
+-- would find the entry it moves not yet moved); rows the application holds
+-- are skipped and keep their entries for the next pass, as do rows the drain
+-- left because they are held. Returns the entries removed.
 CREATE OR REPLACE FUNCTION ttl.queue_repair_sql(tbl oid, shard integer) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     s record;
+    qks text;
 BEGIN
     s := ttl._queue_sql(tbl);
+    qks := (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k);
     RETURN format(
-        'WITH gone AS (DELETE FROM %1$s q WHERE q.shard OPERATOR(pg_catalog.=) %2$s'
+        'WITH ent AS (SELECT q.expires_at, %3$s FROM ONLY %1$s q WHERE q.shard OPERATOR(pg_catalog.=) %2$s'
         '     AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %3$s) OPERATOR(pg_catalog.>) (%4$s))'
-        '     AND (q.expires_at, %3$s) OPERATOR(pg_catalog.<=) (%5$s)'
-        '     AND NOT EXISTS (SELECT 1 FROM ONLY %6$s m WHERE (%7$s) = (%3$s) AND %8$s OPERATOR(pg_catalog.=) q.expires_at)'
+        '     AND (q.expires_at, %3$s) OPERATOR(pg_catalog.<=) (%5$s)),'
+        ' live AS (SELECT %7$s, %8$s AS pg_ttl_expiry FROM %6$s m WHERE (%7$s) IN (SELECT %9$s FROM ent)'
+        '     FOR SHARE OF m SKIP LOCKED),'
+        ' gone AS (DELETE FROM ONLY %1$s q USING ent WHERE q.expires_at OPERATOR(pg_catalog.=) ent.expires_at'
+        '     AND (%3$s) = (%11$s)'
+        '     AND (EXISTS (SELECT 1 FROM live l WHERE (%12$s) = (%3$s) AND l.pg_ttl_expiry IS DISTINCT FROM q.expires_at)'
+        '          OR NOT EXISTS (SELECT 1 FROM %6$s m WHERE (%7$s) = (%3$s)))'
         '   RETURNING %3$s),'
-        ' moved AS (INSERT INTO %1$s (shard, expires_at, %9$s)'
-        '   SELECT %10$s, %8$s, %7$s FROM ONLY %6$s m WHERE (%7$s) IN (SELECT %9$s FROM gone) AND %8$s IS NOT NULL'
+        ' moved AS (INSERT INTO %13$s (shard, expires_at, %9$s)'
+        '   SELECT %10$s, pg_ttl_expiry, %14$s FROM live WHERE (%14$s) IN (SELECT * FROM gone) AND pg_ttl_expiry IS NOT NULL'
         '   ON CONFLICT DO NOTHING)'
         ' SELECT count(*) FROM gone',
-        s.qname, shard, (SELECT string_agg('q.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
-        ttl._queue_pos_sql(s.types, 1), ttl._queue_pos_sql(s.types, 2), tbl::regclass,
-        (SELECT string_agg('m.' || s.keys[i], ', ') FROM generate_subscripts(s.keys, 1) i),
-        s.expiry, array_to_string(s.ks, ', '), s.shard);
+        format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
+                                           WHERE q2.relid = tbl), shard)),
+        shard, qks, ttl._queue_pos_sql(s.types, 1), ttl._queue_pos_sql(s.types, 2), s.src,
+        (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry, array_to_string(s.ks, ', '), s.shard,
+        (SELECT string_agg('ent.' || k, ', ') FROM unnest(s.ks) k),
+        (SELECT string_agg('l.' || k, ', ') FROM unnest(s.keys) k), s.qname, array_to_string(s.keys, ', '));
 END
 $fn$;
 
--- Compare T's queue with T: rows without their entry (missing) and entries
--- without their row at that expiry (stale); repair => fix both. A queue still
--- being filled has missing entries by design: only stale ones count then.
+-- Compare T's queue with T. Every row with an expiry needs an entry at or
+-- before it (an early entry is fine: the drain moves it): rows without any
+-- entry are `missing`, rows whose entries are all later than their expiry are
+-- `late` (they would expire late); both are wrong. Entries no row needs (their
+-- row is gone or never expires, or it has an earlier one) are `extra`: they
+-- cost a little space and the drain removes them when they are due. repair =>
+-- the queue made exact (one entry per row, at its expiry), online. A queue
+-- still being filled has missing entries by design: they count once it is filled.
 CREATE OR REPLACE FUNCTION ttl.queue_verify(tbl regclass, repair boolean DEFAULT false,
-                                            OUT missing bigint, OUT stale bigint, OUT repaired boolean)
+                                            OUT missing bigint, OUT late bigint, OUT extra bigint, OUT repaired boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     s record;
     q ttl.queue;
-    keys_m text;
     keys_q text;
     entries text;
+    joined text;
+    fine bigint;
 BEGIN
     s := ttl._queue_sql(tbl);
     SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
     keys_q := array_to_string(s.ks, ', ');
-    entries := format('SELECT %s AS shard, %s AS expires_at, %s FROM ONLY %s WHERE %s IS NOT NULL', s.shard, s.expiry,
+    entries := format('SELECT %s AS shard, %s AS expires_at, %s FROM %s WHERE %s IS NOT NULL', s.shard, s.expiry,
                       (SELECT string_agg(format('%s AS %s', s.keys[i], s.ks[i]), ', ') FROM generate_subscripts(s.keys, 1) i),
-                      tbl, s.expiry);
+                      s.src, s.expiry);
+    joined := (SELECT string_agg(format('f.%1$s = r.%1$s', k), ' AND ') FROM unnest(s.ks) k);
     PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
-    IF q.backfilled THEN
-        EXECUTE format('SELECT count(*) FROM (%s EXCEPT SELECT shard, expires_at, %s FROM %s) x', entries, keys_q, s.qname)
-           INTO missing;
-    ELSE
+    EXECUTE format('SELECT count(*) FILTER (WHERE f.first IS NULL), count(*) FILTER (WHERE f.first > r.expires_at),'
+                   '       count(*) FILTER (WHERE f.first <= r.expires_at), (SELECT count(*) FROM %1$s)'
+                   '  FROM (%2$s) r LEFT JOIN (SELECT shard, %3$s, min(expires_at) AS first FROM %1$s GROUP BY shard, %3$s) f'
+                   '    ON f.shard = r.shard AND %4$s', s.qname, entries, keys_q, joined)
+       INTO missing, late, fine, extra;
+    extra := extra - fine;
+    IF NOT q.backfilled THEN
         missing := 0;
     END IF;
-    EXECUTE format('SELECT count(*) FROM (SELECT shard, expires_at, %s FROM %s EXCEPT %s) x', keys_q, s.qname, entries)
-       INTO stale;
-    repaired := repair AND (missing > 0 OR stale > 0);
+    repaired := repair AND (missing > 0 OR late > 0 OR extra > 0);
     IF repaired THEN
         EXECUTE format('DELETE FROM %1$s q USING (SELECT shard, expires_at, %2$s FROM %1$s EXCEPT %3$s) o'
                        ' WHERE q.shard = o.shard AND q.expires_at = o.expires_at AND (%4$s) = (%5$s)',
@@ -545,3 +716,15 @@ BEGIN
     PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
 END
 $fn$;
+
+-- pg_ttl upgraded: the triggers of existing queues are written anew from this
+-- version's definitions (their entries stay valid).
+DO $do$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT q.relid FROM ttl.queue q JOIN pg_class c ON c.oid = q.relid LOOP
+        PERFORM ttl._queue_triggers(r.relid, true);
+    END LOOP;
+END
+$do$;

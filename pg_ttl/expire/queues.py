@@ -1,16 +1,18 @@
 """Expiration queues: a table's rows' expiries kept in N shards beside it
 (the ``ttl_queue_shards`` option, sql/78_queues.sql).
 
-A table with a queue is not swept: each shard is a unit of work (claimed,
-checkpointed, resumable, several workers drain different shards at once). A
-shard is read in (expiry, key) order from its checkpoint, ``delete_batch_size``
-entries per transaction: the rows of the entries whose expiry has passed are
-deleted with the expiry re-checked on the row itself and application row locks
-skipped (the table's DELETE trigger removes their entries); when some rows
-stayed, the entries of that range whose row is gone or now expires at another
-instant are removed or moved (``ttl.queue_repair_sql``). A stale entry whose
-row expired anyway is removed by a later pass (its row is gone by then). The statements are the database's
-(``ttl.queue_drain_sql``); this module runs them and keeps the books.
+Every row with an expiry has an entry at or before it: an UPDATE that makes the
+expiry later leaves the entry early, and the drain moves it. A table with a
+queue is not swept: each shard is a unit of work (claimed, checkpointed,
+resumable, several workers drain different shards at once). A shard is read in
+(expiry, key) order from its checkpoint, ``delete_batch_size`` entries per
+transaction: the rows of the entries whose expiry has passed are deleted with
+the expiry re-checked on the row itself and application row locks skipped,
+with these entries; when some rows stayed, the entries of that range whose row
+is gone are removed and those whose row now expires at another instant (early
+ones) are moved there, their rows locked meanwhile (``ttl.queue_repair_sql``).
+The statements are the database's (``ttl.queue_drain_sql``); this module runs
+them and keeps the books.
 
 A queue being filled (existing rows added by ``ttl.queue_backfill``) is
 filled first, batch by batch; a pass stopped meanwhile sweeps the table as if
@@ -100,7 +102,7 @@ def drain(ctx: UnitContext) -> str:
                 selected, deleted, last = int(got[0]), int(got[1]), got[2]
                 if selected == 0:
                     return "ok"
-                if deleted < selected:  # some entries' rows stayed (held, gone, or later): check them
+                if deleted < selected:  # some entries' rows stayed (held, gone, or expiring later): check them
                     cur.execute(repair_sql, (Jsonb(after) if after is not None else None, Jsonb(last)))
                 ctx.conn.execute(ACCOUNT, {"selected": selected, "deleted": deleted, "run_id": ctx.run_id,
                                            "unit": ctx.unit.relid,
