@@ -5,10 +5,12 @@ idempotent; a crash between writing and deleting loses and duplicates nothing.""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +21,7 @@ import duckdb
 import psycopg
 import pytest
 
+from pg_ttl.archive.restore import restore
 from pg_ttl.expire import expire
 from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
 
@@ -163,20 +166,106 @@ def test_a_row_the_application_holds_waits_for_the_next_run(db: psycopg.Connecti
     assert not any(i == 30 for i, *_ in _parquet_rows(tmp_path))
 
 
+def test_a_row_updated_while_its_batch_is_written_stays_and_is_not_archived(db: psycopg.Connection[Any], dsn: str,
+                                                                             tmp_path: Path, connect: Any) -> None:
+    _events(db, tmp_path)
+    db.execute("UPDATE ttl.settings SET value = '60s' WHERE name IN ('lock_timeout', 'row_lock_timeout')")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("LOCK TABLE events IN SHARE MODE")  # the batch reads and writes its rows, then waits to delete
+    results: list[Any] = []
+    engine = threading.Thread(target=lambda: results.append(expire(dsn, ["events"])))
+    engine.start()
+    try:
+        wait_for_engine_lock_wait(db, "DELETE")
+        assert list(tmp_path.rglob("*.parquet"))  # row 30 was read and written, not yet listed
+        app.execute("UPDATE events SET created_at = now() WHERE id = 30")  # to a later expiry
+    finally:
+        app.commit()
+        engine.join(60)
+    [[archived, _]] = results
+    assert archived.status == "ok" and archived.rows_deleted == 29
+    # row 30 stays, as updated; the objects of the undone batch were removed; the others once
+    assert db.execute("SELECT created_at > now() - interval '1 hour' FROM events WHERE id = 30").fetchone() == (True,)
+    listed = {k for (k,) in db.execute("SELECT object_key FROM ttl.archive").fetchall()}
+    assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet")} == listed
+    assert sorted(i for i, *_ in _parquet_rows(tmp_path)) == [i for i in range(21, 51) if i != 30]
+    assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (1,)
+
+
+def test_every_column_type_is_archived_as_it_was(db: psycopg.Connection[Any], dsn: str, tmp_path: Path) -> None:
+    """Rows leave as CSV parsed by Arrow: every mapped type, NULLs, empty strings, quotes,
+    commas and newlines, special floats and bytea arrive as they were."""
+    db.execute("""CREATE TABLE kinds (id int PRIMARY KEY, created_at timestamptz NOT NULL, b boolean, i2 smallint,
+                  i8 bigint, f4 real, f8 double precision, d date, ts timestamp, n numeric(12, 3), bin bytea,
+                  t text, vc varchar(20), ch char(3), u uuid, j jsonb, arr int[], iv interval)""")
+    db.execute("""INSERT INTO kinds VALUES
+        (1, now() - interval '40 days', true, -32768, 9223372036854775807, 1.5, 'NaN', '0001-01-01',
+         '1999-12-31 23:59:59.999999', -123456789.125, decode('00ff0a2c22', 'hex'), 'a "quoted", comma
+and newline', '', 'ab', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"k": [1, "x"]}', '{1,NULL,3}', '1 day 2 hours'),
+        (2, now() - interval '41 days', false, 0, 0, 'Infinity', '-Infinity', '2026-02-28', '2026-02-28 00:00:00',
+         0, '', '', NULL, NULL, NULL, 'null', '{}', '-1 mons'),
+        (3, now() - interval '42 days', NULL, NULL, NULL, NULL, -0.0, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+         NULL, NULL, NULL, NULL)""")
+    leaving = db.execute("SELECT id, created_at, b, i2, i8, f4, f8, d, ts, n, bin, t, vc, ch, u::text, j::text,"
+                         " arr::text, iv::text FROM kinds ORDER BY id").fetchall()
+    db.execute("SELECT ttl.enable('kinds', expire_after => '400 days', column_name => 'created_at')")
+    db.execute("SELECT ttl.create_storage('local', %s)", (f"file://{tmp_path}",))
+    db.execute("""SELECT ttl.set_tiers('kinds', '[{"after": "30 days", "to": "local"}]')""")
+    db.commit()
+    [archived, _] = expire(dsn, ["kinds"])
+    assert (archived.status, archived.rows_deleted) == ("ok", 3)
+    import pyarrow.parquet as pq
+    got = sorted((tuple(r.values()) for p in tmp_path.rglob("*.parquet") for r in pq.read_table(p).to_pylist()),
+                 key=lambda r: r[0])
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+            return math.isnan(b)
+        return bool(a == b and (not isinstance(a, float) or math.copysign(1, a) == math.copysign(1, b)))
+
+    assert len(got) == 3
+    for want, have in zip(leaving, got, strict=True):
+        assert all(same(w, h) for w, h in zip(want, have, strict=True)), (want, have)
+    # restore brings them back as they were
+    db.execute("SELECT ttl.pause('kinds')")
+    db.commit()
+    restore_result = restore(db, "kinds")
+    db.commit()
+    assert restore_result.rows_inserted == 3
+    back = db.execute("SELECT id, created_at, b, i2, i8, f4, f8, d, ts, n, bin, t, vc, ch, u::text, j::text,"
+                      " arr::text, iv::text FROM kinds ORDER BY id").fetchall()
+    for want, have in zip(leaving, back, strict=True):
+        assert all(same(w, h) for w, h in zip(want, have, strict=True)), (want, have)
+
+
+def test_a_value_parquet_cannot_hold_fails_the_unit_and_deletes_nothing(db: psycopg.Connection[Any], dsn: str,
+                                                                        tmp_path: Path) -> None:
+    _events(db, tmp_path)
+    db.execute("ALTER TABLE events ADD COLUMN seen timestamptz")
+    db.execute("UPDATE events SET seen = 'infinity' WHERE id = 33")
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "failed" and "no Parquet form" in (archived.error or "")
+    assert db.execute("SELECT count(*) FROM events").fetchone() == (50,)  # only the 10 past the DELETE went
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
 @pytest.mark.slow
 def test_killed_between_writing_and_deleting_loses_and_duplicates_nothing(db: psycopg.Connection[Any], dsn: str,
                                                                           tmp_path: Path, connect: Any) -> None:
     _events(db, tmp_path)
-    db.execute("UPDATE ttl.settings SET value = '60s' WHERE name = 'lock_timeout'")
+    db.execute("UPDATE ttl.settings SET value = '60s' WHERE name IN ('lock_timeout', 'row_lock_timeout')")
     db.commit()
     blocker = connect(autocommit=False)
-    blocker.execute("LOCK TABLE events IN SHARE MODE")  # lets the batch lock its rows, not delete them
+    blocker.execute("LOCK TABLE ttl.archive IN SHARE MODE")  # lets the batch delete and write, not list
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "events", "--quiet", "--dsn", dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
     try:
-        wait_for_engine_lock_wait(db, "DELETE")
+        wait_for_engine_lock_wait(db, "%INSERT INTO ttl.archive")
         written = list(tmp_path.rglob("*.parquet"))
-        assert written  # the object was written and verified before the DELETE
+        assert written  # the object was written and verified before its manifest row and the commit
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
@@ -185,7 +274,8 @@ def test_killed_between_writing_and_deleting_loses_and_duplicates_nothing(db: ps
     # nothing committed: every row still here, no object listed, the written one unlisted
     assert db.execute("SELECT count(*) FROM events").fetchone() == (60,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
-    db.execute("UPDATE ttl.settings SET value = '1s' WHERE name = 'lock_timeout'")
+    db.execute("UPDATE ttl.settings SET value = CASE name WHEN 'lock_timeout' THEN '1s' ELSE '50ms' END"
+               " WHERE name IN ('lock_timeout', 'row_lock_timeout')")
     db.commit()
     [archived, _] = expire(dsn, ["events"])
     assert archived.status == "ok" and archived.rows_deleted == 30

@@ -28,9 +28,16 @@ from typing import Any
 from pg_ttl.archive.storage import StorageError
 
 
+def load() -> Any:
+    """Import pyarrow now (a second or so the first time), not inside a short transaction."""
+    return _pyarrow()
+
+
 def _pyarrow() -> Any:
     try:
         import pyarrow
+        import pyarrow.compute
+        import pyarrow.csv
         import pyarrow.parquet
     except ImportError as exc:  # the archive extra
         raise StorageError("tiers write Parquet with pyarrow: pip install 'pg-ttl[archive]'") from exc
@@ -65,14 +72,70 @@ class Column:
         return None
 
 
-def encode(columns: list[Column], rows: list[tuple[Any, ...]]) -> bytes:
+class Unwritable(StorageError):
+    """A value with no Parquet form: an infinite or BC date or timestamp, a year after 9999,
+    a numeric NaN or infinity in a numeric(p, s) column."""
+
+
+def table(columns: list[Column], rows: list[tuple[Any, ...]]) -> Any:
+    """An Arrow table of the rows (Python values, as psycopg loads them)."""
     pa = _pyarrow()
     schema = pa.schema([(c.name, c.arrow_type() or pa.string()) for c in columns])
-    arrays = {c.name: [r[i] for r in rows] for i, c in enumerate(columns)}
-    table = pa.Table.from_pydict(arrays, schema=schema)
+    return pa.Table.from_pydict({c.name: [r[i] for r in rows] for i, c in enumerate(columns)}, schema=schema)
+
+
+def table_from_csv(columns: list[Column], data: bytes, extra: dict[str, str]) -> Any:
+    """An Arrow table of ``COPY ... TO STDOUT (FORMAT csv)`` output: the columns, then the
+    ``extra`` ones ("timestamptz" or "text"). Parsed by Arrow, not row by row in Python: the
+    session writes ISO dates in UTC, hex bytea and exact floats (engine.connect). A NULL is an
+    unquoted empty field, an empty string a quoted one."""
+    pa = _pyarrow()
+    pacsv = pa.csv
+    names = [c.name for c in columns] + list(extra)
+    # bytea comes as its hex text form (\x...), turned into bytes below
+    types = {c.name: pa.string() if c.typname == "bytea" else c.arrow_type() or pa.string() for c in columns}
+    types.update({n: pa.timestamp("us", tz="UTC") if t == "timestamptz" else pa.string() for n, t in extra.items()})
+    try:
+        got = pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) + 1)),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
+                                                 quoted_strings_can_be_null=False, true_values=["t"],
+                                                 false_values=["f"]))
+    except pa.ArrowInvalid as exc:
+        raise Unwritable(f"a value has no Parquet form ({exc}): infinite or BC dates and timestamps, years "
+                         "after 9999 and numeric NaN cannot be archived as Parquet") from exc
+    for i, c in enumerate(columns):
+        if c.typname == "bytea":
+            values = [None if v is None else bytes.fromhex(v[2:]) for v in got.column(i).to_pylist()]
+            got = got.set_column(i, c.name, pa.array(values, pa.binary()))
+    return got
+
+
+def by_day(rows: Any, time: str) -> list[tuple[str, Any, Any, Any]]:
+    """The rows of each UTC day of their ``time`` column, in day order, without it: (day
+    as YYYY-MM-DD, rows, earliest and latest ``time``)."""
+    pa = _pyarrow()
+    days = pa.compute.cast(rows.column(time), pa.date32())  # a UTC timestamp's date
+    keep = [n for n in rows.column_names if n != time]
+    out = []
+    for d in sorted(pa.compute.unique(days).to_pylist()):
+        group = rows.filter(pa.compute.equal(days, pa.scalar(d, pa.date32())))
+        span = pa.compute.min_max(group.column(time))
+        out.append((d.isoformat(), group.select(keep), span["min"].as_py(), span["max"].as_py()))
+    return out
+
+
+def encode_table(data: Any) -> bytes:
+    pa = _pyarrow()
     out = io.BytesIO()
-    pa.parquet.write_table(table, out, compression="zstd")
+    pa.parquet.write_table(data, out, compression="zstd")
     return out.getvalue()
+
+
+def encode(columns: list[Column], rows: list[tuple[Any, ...]]) -> bytes:
+    return encode_table(table(columns, rows))
 
 
 def decode(data: bytes) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -46,7 +46,8 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -60,6 +61,7 @@ from pg_ttl.expire import history, partitions
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.orphans import LEAVES
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
+from pg_ttl.expire.ranges import set_lock_timeout
 from pg_ttl.expire.units import CHILDREN, Unit, range_key, upper_bound
 
 TIERS = """
@@ -113,6 +115,11 @@ SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / pg_catalog.current_setti
 # A whole partition's rows go to storage in objects of at most this many rows (one object per
 # day of the TTL column, as batches): they are held in memory until written.
 OBJECT_ROWS = 100_000
+# The row's instant and version, read after its columns: names longer than any PostgreSQL
+# name (63 bytes), so no column of the table has them.
+ROW_TIME = "pg_ttl row time".ljust(64, ".")
+ROW_CTID = "pg_ttl row ctid".ljust(64, ".")
+ROW_XMIN = "pg_ttl row xmin".ljust(64, ".")
 # Blocks per statement of the check made under the partition's lock (each statement stays
 # well within statement_timeout; the lock is held for all of them).
 CHECK_BLOCKS = 8192
@@ -251,8 +258,10 @@ def _archive_leaf(ctx: UnitContext, leaf: Unit) -> str:
     columns = _columns(conn, leaf.relid)
     row = conn.execute("SELECT ttl.row_time_sql(%s)", (policy.relid,)).fetchone()
     assert row is not None and row[0] is not None
-    day = sql.SQL("pg_catalog.to_char(({}) AT TIME ZONE 'UTC', 'YYYY-MM-DD')").format(sql.SQL(row[0]))
-    select = sql.SQL(", ").join([*_values(columns), sql.SQL("ctid"), sql.SQL(row[0]), day])
+    # a PostgreSQL storage's batch: the rows, their ctid and instant; a Parquet one's: the rows
+    # and their instant (as the DELETE returns them)
+    select = sql.SQL(", ").join([*_values(columns), sql.SQL("ctid"), sql.SQL(row[0])])
+    returning = sql.SQL(", ").join([*_values(columns), sql.SQL(row[0])])
     cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "archive" else None
     if cp is not None and int(cp.get("leaf", ctx.unit.relid)) != leaf.relid:
         cp = None  # another leaf's
@@ -270,7 +279,7 @@ def _archive_leaf(ctx: UnitContext, leaf: Unit) -> str:
         # waits for an archive run that left none of them behind (sql/82_tiers.sql).
         before_delete = conn.execute("SELECT archive_before_delete FROM ttl.tier WHERE relid = %s AND position = %s",
                                      (policy.relid, position)).fetchone()
-        done = _sweep(ctx, leaf, columns, select, sql.SQL(pred[0]), int(position), storage, block,
+        done = _sweep(ctx, leaf, columns, select, returning, sql.SQL(pred[0]), int(position), storage, block,
                       count_left=bool(before_delete and before_delete[0]))
         if done != "ok":
             return done
@@ -278,88 +287,287 @@ def _archive_leaf(ctx: UnitContext, leaf: Unit) -> str:
 
 
 def _sweep(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], select: sql.Composable,
-           pred: sql.Composable, tier: int, storage: BaseStorage | PostgresTarget, block: int, *,
-           count_left: bool = False) -> str:
+           returning: sql.Composable, pred: sql.Composable, tier: int, storage: BaseStorage | PostgresTarget,
+           block: int, *, count_left: bool = False) -> str:
     """'ok', or 'partial': stopped, or (``count_left``) rows of a range were left behind, held by
     the application (SKIP LOCKED)."""
-    conn, unit = ctx.conn, ctx.unit
-    first_left: int | None = None  # the first range where the application held rows
-    # a leaf of a partition exported whole that had to stay: the checkpoint says which leaf
-    where_leaf = {} if leaf.relid == unit.relid else {"leaf": leaf.relid}
+    conn = ctx.conn
     size = conn.execute(SIZE, (leaf.relid, leaf.relid)).fetchone()
     assert size is not None
     nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
     # select_batch_size rows per range: an object per day of them, written, synced and
     # read back, costs much more per object than per row
     step = max(1, int(ctx.policy.select_batch_size / per_block))
-    while block < nblocks:
-        if ctx.stopping():
-            return "partial"
-        hi = block + step
-        where = sql.SQL("ctid >= CAST({} AS pg_catalog.tid) AND ctid < CAST({} AS pg_catalog.tid) AND {}").format(
-            sql.Literal(f"({block},0)"), sql.Literal(f"({hi},0)"), pred)
-        with conn.transaction():
-            rows = conn.execute(sql.SQL("SELECT {} FROM ONLY {} WHERE {} FOR UPDATE SKIP LOCKED").format(
-                select, leaf.ident, where)).fetchall()
-            n, size, objects = _move(ctx, leaf, columns, rows, tier, storage, where) if rows else (0, 0, 0)
-            if count_left and first_left is None and conn.execute(sql.SQL(
-                    "SELECT 1 FROM ONLY {} WHERE {} LIMIT 1").format(leaf.ident, where)).fetchone() is not None:
-                first_left = block
-            conn.execute(ACCOUNT, {"n": n, "bytes": size, "objects": objects, "run_id": ctx.run_id,
-                                   "unit": unit.relid,
-                                   "cp": Jsonb({"strategy": "archive", "tier": tier, "from": hi, **where_leaf})})
-        if n:  # committed
-            _count_moved(ctx.run_id, unit.relid, storage.name, tier, n, size, objects)
+    sweep = _Sweep(ctx, leaf, columns, pred, tier, storage, count_left)
+    ranges = [(lo, lo + step) for lo in range(block, nblocks, step)]
+    if isinstance(storage, PostgresTarget):
+        for lo, hi in ranges:
+            if ctx.stopping():
+                return "partial"
+            with conn.transaction():
+                where = sweep.where(lo, hi)
+                rows = conn.execute(sql.SQL("SELECT {} FROM ONLY {} WHERE {} FOR UPDATE SKIP LOCKED").format(
+                    select, leaf.ident, where)).fetchall()
+                moved = _to_postgres_batch(ctx, leaf, columns, rows, tier, storage, where) if rows else (0, 0, 0)
+                sweep.account(lo, hi, *moved)
+            sweep.counted(*moved)
+    elif not _sweep_objects(sweep, ranges, returning):
+        return "partial"
+    return sweep.finish()
+
+
+class _Changed(Exception):
+    """A row of a batch changed, went or is held since it was read: the batch is undone."""
+
+
+@dataclass
+class _Written:
+    """A range's rows written to storage, verified, not yet listed: its manifest rows, and
+    the version (ctid and xmin) of every row written, as a tid[] and an xid[] literal."""
+
+    lo: int
+    hi: int
+    rows: int = 0
+    listed: list[dict[str, Any]] = field(default_factory=list)
+    ctids: str = "{}"
+    xmins: str = "{}"
+
+
+class _Sweep:
+    """One leaf's sweep to one tier: each range's transaction ends with its accounting
+    (rows, bytes, objects, checkpoint), and with ``count_left`` (archive_before_delete)
+    remembers the first range where rows of the tier stayed."""
+
+    def __init__(self, ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], pred: sql.Composable, tier: int,
+                 storage: BaseStorage | PostgresTarget, count_left: bool) -> None:
+        self.ctx, self.leaf, self.columns, self.pred, self.tier = ctx, leaf, columns, pred, tier
+        self.storage, self.count_left = storage, count_left
+        self.first_left: int | None = None
+        # a leaf of a partition exported whole that had to stay: the checkpoint says which leaf
+        self.where_leaf = {} if leaf.relid == ctx.unit.relid else {"leaf": leaf.relid}
+
+    def where(self, lo: int, hi: int) -> sql.Composable:
+        """The range's rows of the tier."""
+        return sql.SQL("ctid >= CAST({} AS pg_catalog.tid) AND ctid < CAST({} AS pg_catalog.tid) AND {}").format(
+            sql.Literal(f"({lo},0)"), sql.Literal(f"({hi},0)"), self.pred)
+
+    def account(self, lo: int, hi: int, n: int, size: int, objects: int) -> None:
+        """In the range's transaction: what it moved, and the checkpoint past it."""
+        conn = self.ctx.conn
+        if self.count_left and self.first_left is None and conn.execute(sql.SQL(
+                "SELECT 1 FROM ONLY {} WHERE {} LIMIT 1").format(self.leaf.ident, self.where(lo, hi))).fetchone():
+            self.first_left = lo
+        self._checkpoint(hi, n, size, objects)
+
+    def _checkpoint(self, at: int, n: int, size: int, objects: int) -> None:
+        self.ctx.conn.execute(ACCOUNT, {
+            "n": n, "bytes": size, "objects": objects, "run_id": self.ctx.run_id, "unit": self.ctx.unit.relid,
+            "cp": Jsonb({"strategy": "archive", "tier": self.tier, "from": at, **self.where_leaf})})
+
+    def counted(self, n: int, size: int, objects: int) -> None:
+        """After the range's commit: progress, metrics, the rate limit's wait."""
+        ctx = self.ctx
+        if n:
+            _count_moved(ctx.run_id, ctx.unit.relid, self.storage.name, self.tier, n, size, objects)
         ctx.selected += n
         ctx.deleted += n
-        ctx.progress.batch_done(ctx.policy.name, unit.name, n, n)
+        ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, n, n)
         ctx.delete_limiter.add(n)
-        block = hi
-    if first_left is None:
-        return "ok"
-    # Resumed from there: a later range's checkpoint must not skip the rows left behind.
-    conn.execute(ACCOUNT, {"n": 0, "bytes": 0, "objects": 0, "run_id": ctx.run_id, "unit": unit.relid,
-                           "cp": Jsonb({"strategy": "archive", "tier": tier, "from": first_left, **where_leaf})})
-    return "partial"
+
+    def finish(self) -> str:
+        if self.first_left is None:
+            return "ok"
+        # Resumed from there: a later range's checkpoint must not skip the rows left behind.
+        self._checkpoint(self.first_left, 0, 0, 0)
+        return "partial"
 
 
-def _move(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: list[tuple[Any, ...]], tier: int,
-          storage: BaseStorage | PostgresTarget, where: sql.Composable) -> tuple[int, int, int]:
-    """Write, verify and record the rows (one object per day of the TTL column, or one
-    batch into a PostgreSQL table), then delete them; in the caller's transaction.
-    Returns the rows deleted, the bytes and the objects written."""
-    conn = ctx.conn
+def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.Composable) -> bool:
+    """The ranges to a directory or S3 storage; False when stopped. A range's rows are read
+    without a lock (COPY, parsed by Arrow), written as objects and verified in a background
+    thread while the session reads the next range and deletes the one before; then, in one
+    short transaction, exactly the row versions written are deleted (ctid and xmin: a row
+    updated, deleted or held since it was read is not) and the objects listed. If any of
+    them was not deleted, the transaction is undone, the objects removed and the range
+    moved again with its rows deleted first (_move_as_csv). The batches commit in range
+    order: the checkpoint never passes a range not done."""
+    ctx, conn = sweep.ctx, sweep.ctx.conn
+    assert isinstance(sweep.storage, BaseStorage)
+    storage = sweep.storage
+    row = conn.execute("SELECT ttl.row_time_sql(%s)", (ctx.policy.relid,)).fetchone()
+    assert row is not None and row[0] is not None
+    read = sql.SQL(", ").join([*_values(sweep.columns), sql.SQL(row[0]), sql.SQL("ctid"), sql.SQL("xmin")])
+    parquet.load()  # outside the batches' transactions
+    pending: list[Future[_Written]] = []
+    stopped = False
+    # a batch's DELETE runs under the short row_lock_timeout: the application is not waited on
+    set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="pg-ttl-archive") as writer:
+            for lo, hi in ranges:
+                if ctx.stopping():
+                    stopped = True
+                    break
+                data = _copy_out(conn, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)").format(
+                    read, sweep.leaf.ident, sweep.where(lo, hi)))
+                pending.append(writer.submit(_write_range, sweep, lo, hi, data))
+                if len(pending) > 1:
+                    _commit_range(sweep, pending.pop(0).result(), returning)
+            while pending:
+                _commit_range(sweep, pending.pop(0).result(), returning)
+    except BaseException:
+        for future in pending:  # written, never listed: removed now (else by the next run)
+            with contextlib.suppress(Exception):
+                _remove_objects(storage, [str(m["key"]) for m in future.result().listed])
+        raise
+    finally:
+        set_lock_timeout(ctx, ctx.settings.lock_timeout)
+    return not stopped
+
+
+def _copy_out(conn: psycopg.Connection[Any], stmt: sql.Composed) -> bytes:
+    data = bytearray()
+    with conn.cursor() as cur, cur.copy(stmt) as copy:
+        for block in copy:
+            data += block
+    return bytes(data)
+
+
+def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes) -> _Written:
+    """In the writer thread: the range's rows (CSV) as objects, one per day, verified."""
+    done = _Written(lo, hi)
+    if not data:
+        return done
+    rows = parquet.table_from_csv(sweep.columns, data, {ROW_TIME: "timestamptz", ROW_CTID: "text", ROW_XMIN: "text"})
+    done.rows = rows.num_rows
+    ctids, xmins = rows.column(ROW_CTID).to_pylist(), rows.column(ROW_XMIN).to_pylist()
+    done.ctids = "{" + ",".join(f'"{c}"' for c in ctids) + "}"
+    done.xmins = "{" + ",".join(sorted(set(xmins))) + "}"
+    rows = rows.drop_columns([ROW_CTID, ROW_XMIN])
+    assert isinstance(sweep.storage, BaseStorage)
+    try:
+        for day, group, first, last in parquet.by_day(rows, ROW_TIME):
+            done.listed.append(_put_object(sweep.ctx, sweep.leaf, group, first, last, day, sweep.tier, sweep.storage))
+    except BaseException:
+        _remove_objects(sweep.storage, [str(m["key"]) for m in done.listed])
+        raise
+    return done
+
+
+def _commit_range(sweep: _Sweep, written: _Written, returning: sql.Composable) -> None:
+    """Delete exactly the row versions written and list their objects, in one transaction;
+    else undo it and move the range again, deleting first."""
+    ctx, conn = sweep.ctx, sweep.ctx.conn
+    assert isinstance(sweep.storage, BaseStorage)
+    held = False
+    try:
+        with conn.transaction():
+            if written.rows:
+                deleted = conn.execute(sql.SQL(
+                    "DELETE FROM ONLY {} WHERE ctid = ANY(CAST({} AS pg_catalog.tid[]))"
+                    " AND xmin = ANY(CAST({} AS pg_catalog.xid[])) AND {}").format(
+                    sweep.leaf.ident, sql.Literal(written.ctids), sql.Literal(written.xmins),
+                    sweep.where(written.lo, written.hi))).rowcount
+                if deleted != written.rows:
+                    raise _Changed(f"{written.rows - deleted} of {written.rows} rows changed since they were read")
+                for listed in written.listed:
+                    conn.execute(MANIFEST, listed)
+            sweep.account(written.lo, written.hi, written.rows, sum(int(m["bytes"]) for m in written.listed),
+                          len(written.listed))
+    except (_Changed, psycopg.errors.LockNotAvailable, psycopg.errors.SerializationFailure) as exc:
+        held = isinstance(exc, psycopg.errors.LockNotAvailable)
+    except BaseException:
+        _remove_objects(sweep.storage, [str(m["key"]) for m in written.listed])
+        raise
+    else:
+        sweep.counted(written.rows, sum(int(m["bytes"]) for m in written.listed), len(written.listed))
+        return
+    _remove_objects(sweep.storage, [str(m["key"]) for m in written.listed])
+    with conn.transaction():
+        moved = _move_as_csv(ctx, sweep.leaf, sweep.columns, returning, sweep.where(written.lo, written.hi),
+                             sweep.tier, sweep.storage, skip_locked=held)
+        sweep.account(written.lo, written.hi, *moved)
+    sweep.counted(*moved)
+
+
+def _to_postgres_batch(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: list[tuple[Any, ...]],
+                       tier: int, storage: PostgresTarget, where: sql.Composable) -> tuple[int, int, int]:
+    """Insert the locked rows into the PostgreSQL storage (committed and verified there),
+    record the batch, then delete them; in the caller's transaction. Returns the rows
+    deleted, 0 bytes and 1 batch."""
     width = len(columns)
-    if isinstance(storage, PostgresTarget):
-        conn.execute(MANIFEST, _to_postgres(ctx, leaf, columns, [r[:width] for r in rows],
+    ctx.conn.execute(MANIFEST, _to_postgres(ctx, leaf, columns, [r[:width] for r in rows],
                                             [r[width + 1] for r in rows], tier, storage))
-        return _delete(ctx, leaf, rows, width, where), 0, 1
-    size = 0
-    by_day: dict[str, list[tuple[Any, ...]]] = {}
-    for r in rows:
-        by_day.setdefault(r[width + 2], []).append(r)
-    for day, group in sorted(by_day.items()):
-        listed = _put_object(ctx, leaf, columns, [r[:width] for r in group], [r[width + 1] for r in group], day,
-                             tier, storage)
+    return _delete(ctx, leaf, rows, width, where), 0, 1
+
+
+def _move_as_csv(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], returning: sql.Composable,
+                 where: sql.Composable, tier: int, storage: BaseStorage, *,
+                 skip_locked: bool = False) -> tuple[int, int, int]:
+    """Delete the range's rows of the tier and write them as Parquet objects (one per day
+    of the TTL column, each read back and verified), listed in the manifest; in the
+    caller's transaction, which commits them together. One statement deletes the rows and
+    returns them as CSV, which Arrow parses without a Python object per value. As the
+    deletion runs do (sql/52_delete_rows.sql): a plain DELETE first, under the session's
+    short row_lock_timeout (_sweep); if the application holds a row of the range, the
+    range again with its rows locked first and the held ones skipped (locking every row
+    costs as much as the delete, so only then). Returns the rows deleted, the bytes and
+    the objects written."""
+    conn = ctx.conn
+    plain = sql.SQL("COPY (DELETE FROM ONLY {t} WHERE {w} RETURNING {r}) TO STDOUT (FORMAT csv)").format(
+        t=leaf.ident, w=where, r=returning)
+    if not skip_locked:
+        try:
+            with conn.transaction():  # a savepoint: undone when a row is held
+                return _write_csv(ctx, leaf, columns, plain, tier, storage)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.SerializationFailure):
+            pass  # held by the application, or moved to another partition while we waited on it
+    conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (ctx.settings.lock_timeout,))
+    locked_first = sql.SQL(
+        "COPY (DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {w}"
+        " FOR UPDATE SKIP LOCKED)) RETURNING {r}) TO STDOUT (FORMAT csv)").format(t=leaf.ident, w=where, r=returning)
+    return _write_csv(ctx, leaf, columns, locked_first, tier, storage)
+
+
+def _write_csv(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], stmt: sql.Composed, tier: int,
+               storage: BaseStorage) -> tuple[int, int, int]:
+    """Run ``stmt`` (a COPY of the rows it deletes) and write those rows, one object per
+    day, each listed in the manifest: the rows, bytes and objects."""
+    conn = ctx.conn
+    data = bytearray()
+    with conn.cursor() as cur:
+        with cur.copy(stmt) as copy:
+            for block in copy:
+                data += block
+        deleted = cur.rowcount
+    if not deleted:
+        return 0, 0, 0
+    rows = parquet.table_from_csv(columns, bytes(data), {ROW_TIME: "timestamptz"})
+    if rows.num_rows != deleted:
+        raise StorageError(f"{deleted} rows were deleted but {rows.num_rows} read: the batch is undone")
+    size, objects = 0, 0
+    for day, group, lo, hi in parquet.by_day(rows, ROW_TIME):
+        listed = _put_object(ctx, leaf, group, lo, hi, day, tier, storage)
         conn.execute(MANIFEST, listed)
-        size += int(listed["bytes"])
-    return _delete(ctx, leaf, rows, width, where), size, len(by_day)
+        size, objects = size + int(listed["bytes"]), objects + 1
+    return deleted, size, objects
 
 
-def _put_object(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], values: list[tuple[Any, ...]],
-                times: list[Any], day: str, tier: int, storage: BaseStorage) -> dict[str, Any]:
-    """One object of a day's rows, written whole, read back and verified (size, SHA-256,
-    row count); its manifest row, not yet inserted."""
+def _put_object(ctx: UnitContext, leaf: Unit, rows: Any, lo: Any, hi: Any, day: str, tier: int,
+                storage: BaseStorage) -> dict[str, Any]:
+    """One object of a day's rows (an Arrow table; ``lo``/``hi``: their earliest and latest
+    instant), written whole, read back and verified (size, SHA-256, row count); its
+    manifest row, not yet inserted."""
     policy = ctx.policy
-    data = parquet.encode(columns, values)
+    data = parquet.encode_table(rows)
     key = f"{object_prefix(policy, storage.name)}date={day}/{leaf.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
     storage.put(key, data)
     back = storage.get(key)
-    if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != len(values):
+    if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != rows.num_rows:
         raise StorageError(f'storage "{storage.name}": object {key} read back differs from what was written')
     return {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name, "key": key,
-            "rows": len(values), "bytes": len(data), "sha": parquet.sha256(data), "min": min(times),
-            "max": max(times), "run": ctx.run_id}
+            "rows": rows.num_rows, "bytes": len(data), "sha": parquet.sha256(data), "min": lo, "max": hi,
+            "run": ctx.run_id}
 
 
 def _to_postgres(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], values: list[tuple[Any, ...]],
@@ -546,8 +754,9 @@ def _write(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: li
         for r in chunk:
             by_day.setdefault(r[width + 1], []).append(r)
         for day, group in sorted(by_day.items()):
-            listed = _put_object(ctx, leaf, columns, [r[:width] for r in group], [r[width] for r in group], day,
-                                 unit.tier, storage)
+            times = [r[width] for r in group]
+            listed = _put_object(ctx, leaf, parquet.table(columns, [r[:width] for r in group]), min(times),
+                                 max(times), day, unit.tier, storage)
             export.keys.append(str(listed["key"]))
             export.listed.append(listed)
             export.moved += len(group)
