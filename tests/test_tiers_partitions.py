@@ -327,3 +327,25 @@ def test_rows_past_the_delete_in_a_partition_exported_whole(db: psycopg.Connecti
         db.execute("SELECT ttl.disable('old_ev')")
         db.execute("DELETE FROM ttl.archive")
         db.commit()
+
+
+def test_plan_shows_a_partition_exported_whole(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+                                               cli: Any) -> None:
+    from pg_ttl.expire import plan
+
+    _pev(db, tmp_path)
+    plans = {(p.unit, p.action): p for p in plan(db, "pev")}
+    export = plans[("pev_old", "export")]
+    assert (export.rows, export.total_rows, export.target, export.then) == (40, 40, "local", "drop")
+    assert export.bytes_reclaimed > 0 and export.oldest_expiry is not None
+    # the other partitions move their rows past the tier batch by batch, as the run does
+    assert plans[("pev_mid", "archive")].rows == 10 and ("pev_old", "archive") not in plans
+    out = cli("plan", "pev", "--dsn", dsn).stdout
+    assert "export whole to local, then drop" in out and "move to local" in out
+    db.execute("CREATE SCHEMA archive")
+    db.execute("SELECT ttl.set_option('pev', 'detach_schema', 'archive')")
+    db.execute("SELECT ttl.set_option('pev', 'partition_action', 'detach')")
+    db.commit()
+    assert {p.unit: p.then for p in plan(db, "pev") if p.action == "export"} == {"pev_old": "detach"}
+    # a dry run: nothing moved
+    assert len(_ids(db)) == 72 and not list(tmp_path.rglob("*.parquet"))

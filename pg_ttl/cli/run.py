@@ -201,7 +201,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                            "total_rows": p.total_rows,
                            "oldest_expiry": p.oldest_expiry.isoformat() if p.oldest_expiry else None,
                            "bytes_reclaimed": p.bytes_reclaimed, "paused": p.paused,
-                           **({"target": p.target} if p.target else {})} for p in plans], indent=2))
+                           **({"target": p.target} if p.target else {}),
+                           **({"then": p.then} if p.then else {})} for p in plans], indent=2))
         return 0
     if not plans:
         console.print("No TTL policies.")
@@ -212,7 +213,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         action = {"delete": "delete rows", "drop": "drop partition", "detach": "detach partition",
                   "orphans": "delete orphans", "queue": "drain queue shard",
-                  "archive": f"move to {p.target}"}[p.action]
+                  "archive": f"move to {p.target}",
+                  "export": f"export whole to {p.target}, then {p.then}"}[p.action]
         if p.paused:
             action += " (paused)"
         table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}", f"{p.total_rows:,}",

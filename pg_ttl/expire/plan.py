@@ -22,14 +22,17 @@ from pg_ttl.expire.units import Unit, list_units
 class UnitPlan:
     table: str
     unit: str
-    action: str  # 'delete' | 'drop' | 'detach' | 'orphans' | 'queue' (a shard of the expiration queue) | 'archive'
+    # 'delete' | 'drop' | 'detach' | 'orphans' | 'queue' (a shard of the expiration queue) | 'archive' (rows
+    # moved to a storage tier) | 'export' (a partition moved whole to a storage tier, then dropped or detached)
+    action: str
     rows: int  # rows that would go
     total_rows: int  # rows in the unit now
     oldest_expiry: datetime | None  # of the rows that would go
     bytes_reclaimed: int  # estimate: the whole relation for drop/detach, the expired share of it otherwise
     bound: str | None = None
     paused: bool = False
-    target: str | None = None  # 'archive': the storage the tier moves rows to
+    target: str | None = None  # 'archive', 'export': the storage the tier moves rows to
+    then: str | None = None  # 'export': 'drop' or 'detach', once its rows are in storage
 
 
 # One statement (the worker's periodic lag lookups count every one): the engine's
@@ -70,8 +73,9 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
             pred = build_predicate(conn, policy, cutoff)
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
-            for unit in tiers.archive_units(conn, policy):  # rows a tier would move first
-                out.extend(_plan_tiers(conn, policy, cutoff, unit))
+            for unit in tiers.archive_units(conn, policy, pred):  # rows a tier would move first
+                out.extend(_plan_tiers(conn, policy, cutoff, unit) if unit.tier is None
+                           else [_plan_export(conn, policy, unit)])
             if queues.filled(conn, policy):
                 out.extend(_plan_shard(conn, policy, cutoff, unit) for unit in queues.shard_units(conn, policy))
             else:
@@ -149,6 +153,23 @@ def _plan_tiers(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: dat
         out.append(UnitPlan(policy.name, unit.name, "archive", rows, total, oldest,
                             size * rows // total if total else 0, None, policy.paused, str(storage)))
     return out
+
+
+def _plan_export(conn: psycopg.Connection[Any], policy: EnginePolicy, unit: Unit) -> UnitPlan:
+    """A partition every row of which reached a storage tier: all its rows go to that tier,
+    then it is dropped or detached (tiers.py)."""
+    when = conn.execute("SELECT ttl.row_time_sql(%s)", (policy.relid,)).fetchone()
+    assert when is not None and when[0] is not None
+    row = conn.execute(sql.SQL(
+        "SELECT count(*), min({t}), (SELECT sum(pg_catalog.pg_total_relation_size(relid))"
+        " FROM pg_catalog.pg_partition_tree({oid}::regclass)), (SELECT s.storage FROM ttl.tier s"
+        " WHERE s.relid = {relid} AND s.position = {tier}) FROM {u}").format(
+        t=sql.SQL(when[0]), oid=sql.Literal(unit.relid), relid=sql.Literal(policy.relid),
+        tier=sql.Literal(unit.tier), u=unit.ident)).fetchone()
+    assert row is not None
+    rows = int(row[0])
+    return UnitPlan(policy.name, unit.name, "export", rows, rows, row[1], int(row[2] or 0), unit.bound, policy.paused,
+                    str(row[3]), "detach" if policy.partition_action == "detach" else "drop")
 
 
 def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None:
