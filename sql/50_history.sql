@@ -151,6 +151,8 @@ BEGIN
     LOOP
         UPDATE ttl.run_unit u SET status = 'interrupted', finished_at = coalesce(u.finished_at, clock_timestamp())
          WHERE u.status = 'running' AND u.run_id = dead.run_id;
+        UPDATE ttl.orphan_range o SET status = 'interrupted', finished_at = clock_timestamp()
+         WHERE o.status = 'running' AND o.run_id = dead.run_id;
         PERFORM ttl._finish_run(dead.run_id, 'interrupted',
                                 coalesce(dead.error, 'the session running it ended before it finished'));
         n := n + 1;
@@ -207,6 +209,23 @@ AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
 $fn$;
 
+-- The caller's claim on a unit released, shared (orphans) or not.
+CREATE OR REPLACE FUNCTION ttl._release_claim(unit oid) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
+                  AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND ((l.classid::int8 << 32) | l.objid::int8) = ttl._claim_key(unit)) THEN
+        PERFORM pg_advisory_unlock_shared(ttl._claim_key(unit));
+    ELSE
+        PERFORM pg_advisory_unlock(ttl._claim_key(unit));
+    END IF;
+END
+$fn$;
+
 -- A unit begins: claimed (a session advisory lock on its key), unless another
 -- run holds it, a run with this very cutoff (workers sharing one scheduled
 -- round pass the same one) already finished it under the current policy, or it
@@ -223,8 +242,16 @@ AS $fn$
 DECLARE
     done bigint;
     reason text;
+    claimed boolean;
 BEGIN
-    IF NOT pg_try_advisory_lock(ttl._claim_key(unit)) THEN
+    -- Orphan units share their claim: several runs split the unit's ranges, each
+    -- range claimed on its own (pg_ttl/expire/orphans.py); other work excludes them.
+    IF unit_action = 'orphans' THEN
+        claimed := pg_try_advisory_lock_shared(ttl._claim_key(unit));
+    ELSE
+        claimed := pg_try_advisory_lock(ttl._claim_key(unit));
+    END IF;
+    IF NOT claimed THEN
         reason := 'busy: another run is working on it';
     ELSE
         -- cutoff <= started_at: the (relid, started_at) index finds the candidate runs
@@ -245,7 +272,7 @@ BEGIN
             reason := 'the partition was dropped during the run';
         END IF;
         IF reason IS NOT NULL THEN
-            PERFORM pg_advisory_unlock(ttl._claim_key(unit));
+            PERFORM ttl._release_claim(unit);
         END IF;
     END IF;
     IF reason IS NOT NULL THEN
@@ -267,6 +294,6 @@ BEGIN
     IF finish THEN
         PERFORM ttl._finish_unit(run, unit, unit_status, unit_error);
     END IF;
-    PERFORM pg_advisory_unlock(ttl._claim_key(unit));
+    PERFORM ttl._release_claim(unit);
 END
 $fn$;

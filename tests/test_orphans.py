@@ -173,15 +173,21 @@ def test_a_dropped_parent_takes_its_childrens_orphan_policies_with_it(conn: Conn
     assert expire(dsn) == [] and conn.execute("SELECT count(*) FROM data").fetchone() == (1,)
 
 
+RANGES = """
+SELECT o.run_id, o.range_no, o.first_block, o.end_block, o.next_block, o.status, o.rows_examined, o.rows_deleted
+  FROM ttl.orphan_range o WHERE o.run_id = %s ORDER BY o.range_no
+"""
+
+
 def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> None:
     conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
                  " now() - interval '1 day' FROM generate_series(1, 20000) g")
     conn.execute("ANALYZE data")
     conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
-                 " delete_batch_size => 200, range_bytes => 65536)")
+                 " delete_batch_size => 200, range_bytes => 262144)")
     stop = threading.Event()
 
-    class StopAfterTen:
+    class StopAfterSeven:
         n = 0
 
         def unit_started(self, *a: Any) -> None:
@@ -189,24 +195,53 @@ def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> Non
 
         def batch_done(self, *a: Any) -> None:
             self.n += 1
-            if self.n == 10:
+            if self.n == 7:
                 stop.set()
 
         def unit_finished(self, result: Any) -> None:
             pass
 
-    [first] = expire(dsn, ["data"], stop=stop, progress=StopAfterTen())
+    [first] = expire(dsn, ["data"], stop=stop, progress=StopAfterSeven())
     assert first.status == "partial" and 0 < first.orphans_deleted < 20000
-    cp = conn.execute("SELECT checkpoint FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
-    assert cp is not None and cp[0]["strategy"] == "ctid"
-    block = int(cp[0]["from"].strip("()").split(",")[0])
+    ranges = conn.execute(RANGES, (first.run_id,)).fetchall()
+    # ranges of 32 blocks (256 kB), done in order; the last one stopped part-way (about 6
+    # blocks a DELETE: 200 orphans)
+    assert [r[1] for r in ranges] == list(range(len(ranges))) and len(ranges) > 1
+    assert all(r[5] == "ok" and r[4] == r[3] == (r[1] + 1) * 32 for r in ranges[:-1])
+    stopped = ranges[-1]
+    assert stopped[5] == "partial" and stopped[2] < stopped[4] < stopped[3]
+    assert sum(r[7] for r in ranges) == first.orphans_deleted
+    assert sum(r[6] for r in ranges) == first.rows_selected  # every row of the blocks, examined
     # nothing left before the checkpoint, everything after it still there
-    below = conn.execute("SELECT count(*) FROM data WHERE ctid < %s::tid", (cp[0]["from"],)).fetchone()
-    assert below == (0,) and block > 0
+    below = conn.execute("SELECT count(*) FROM data WHERE ctid < %s::tid", (f"({stopped[4]},0)",)).fetchone()
+    above = conn.execute("SELECT count(*) FROM data WHERE ctid >= %s::tid", (f"({stopped[4]},0)",)).fetchone()
+    assert below == (0,) and above == (20000 - first.orphans_deleted,)
     [second] = expire(dsn, ["data"])
-    started = conn.execute("SELECT resumed_from FROM ttl.run_unit WHERE run_id = %s", (second.run_id,)).fetchone()
-    assert started == (cp[0],)  # the second pass started where the first stopped
+    resumed = conn.execute(RANGES, (second.run_id,)).fetchall()
+    # the second pass started in the range the first stopped in, where it stopped, and
+    # did none of the ranges before it again
+    assert resumed[0][1:3] == (stopped[1], stopped[4])
+    assert [r[1] for r in resumed] == list(range(stopped[1], stopped[1] + len(resumed)))
+    assert all(r[5] == "ok" for r in resumed)
     assert second.status == "ok" and first.orphans_deleted + second.orphans_deleted == 20000
+
+
+def _wait_for_range_progress(conn: Conn, rows: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.orphan_range").fetchone()
+        if row and row[0] >= rows:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the pass never got that far")
+
+
+def _wait_for_engines_gone(conn: Conn) -> None:
+    for _ in range(200):  # until their server sessions have gone too
+        if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
+                        " AND datname = current_database()").fetchone() == (0,):
+            return
+        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -219,30 +254,132 @@ def test_a_killed_pass_resumes_where_its_last_range_committed(conn: Conn, dsn: s
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "data", "--quiet", "--dsn", dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            row = conn.execute("SELECT rows_deleted FROM ttl.run_unit WHERE action = 'orphans'").fetchone()
-            if row and row[0] >= 2000:
-                break
-            time.sleep(0.02)
+        _wait_for_range_progress(conn, 2000)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
-    for _ in range(200):  # until its server session has gone too
-        if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
-                        " AND datname = current_database()").fetchone() == (0,):
-            break
-        time.sleep(0.05)
-    killed = conn.execute("SELECT status, checkpoint, rows_deleted FROM ttl.run_unit"
-                          " WHERE action = 'orphans'").fetchone()
-    assert killed is not None and killed[0] == "running" and killed[1] is not None and 0 < killed[2] < 100000
+    _wait_for_engines_gone(conn)
+    killed = conn.execute("SELECT run_id, status, rows_deleted FROM ttl.run_unit WHERE action = 'orphans'"
+                          ).fetchone()
+    assert killed is not None and killed[1] == "running" and 0 < killed[2] < 100000
     left = conn.execute("SELECT count(*) FROM data").fetchone()
     assert left == (100000 - killed[2],)  # the counters committed with the deletes: exact
+    ranges = conn.execute(RANGES, (killed[0],)).fetchall()
+    cut = ranges[-1]
+    assert cut[5] == "running" and all(r[5] == "ok" for r in ranges[:-1])
+    assert sum(r[7] for r in ranges) == killed[2]
     [res] = expire(dsn, ["data"])
-    resumed = conn.execute("SELECT resumed_from FROM ttl.run_unit WHERE run_id = %s", (res.run_id,)).fetchone()
-    assert resumed == (killed[1],) and res.status == "ok"
-    assert res.orphans_deleted == 100000 - killed[2]
-    assert conn.execute("SELECT status FROM ttl.run WHERE run_id < %s", (res.run_id,)).fetchone() == ("interrupted",)
+    # the killed run is closed, its range in progress too; the next pass starts in that
+    # range at the block its last committed DELETE reached
+    assert conn.execute("SELECT status FROM ttl.run WHERE run_id = %s", (killed[0],)).fetchone() == ("interrupted",)
+    assert conn.execute("SELECT status FROM ttl.orphan_range WHERE run_id = %s AND range_no = %s",
+                        (killed[0], cut[1])).fetchone() == ("interrupted",)
+    resumed = conn.execute(RANGES, (res.run_id,)).fetchall()
+    assert resumed[0][1:3] == (cut[1], cut[4])
+    assert min(r[1] for r in resumed) == cut[1]
+    assert res.status == "ok" and res.orphans_deleted == 100000 - killed[2]
+    assert conn.execute("SELECT count(*) FROM data").fetchone() == (0,)
+
+
+def test_two_processes_share_one_table_and_a_killed_ones_range_is_resumed(conn: Conn, dsn: str) -> None:
+    """Two pg-ttl runs on one plain table split its ranges; one is killed with -9
+    part-way through a range: that range is taken up at the block its last DELETE
+    reached (by the other run, or the next pass), and no range is done twice."""
+    conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
+                 " now() - interval '1 day' FROM generate_series(1, 40000) g")
+    conn.execute("ANALYZE data")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
+                 " delete_batch_size => 20, range_bytes => 65536)")
+    procs = [subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "data", "--quiet", "--dsn", dsn],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "NO_COLOR": "1"}) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # both at work on the table's ranges
+            row = conn.execute("SELECT count(DISTINCT run_id) FROM ttl.orphan_range WHERE rows_deleted > 0"
+                               ).fetchone()
+            if row == (2,):
+                break
+            time.sleep(0.01)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        assert procs[1].wait(120) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+    _wait_for_engines_gone(conn)
+    conn.execute("SELECT ttl.close_dead_runs()")
+    killed_run = conn.execute("SELECT run_id FROM ttl.run WHERE status = 'interrupted'").fetchone()
+    assert killed_run is not None
+    both = conn.execute("SELECT DISTINCT run_id FROM ttl.orphan_range").fetchall()
+    assert len(both) == 2  # both took part in one sweep
+    first = conn.execute("SELECT min(sweep) FROM ttl.orphan_range").fetchone()
+    assert first is not None
+    # the next pass takes up what the killed run held, if the other one did not
+    [res] = expire(dsn, ["data"])
+    assert res.status == "ok" and conn.execute("SELECT count(*) FROM data").fetchone() == (0,)
+    # every range of the sweep the two shared done ('ok') exactly once
+    twice = conn.execute("SELECT range_no FROM ttl.orphan_range WHERE status = 'ok' AND sweep = %s"
+                         " GROUP BY range_no HAVING count(*) > 1", first).fetchall()
+    assert twice == []
+    per_range = conn.execute("SELECT count(DISTINCT range_no), max(range_no) + 1, min(sweep_blocks / range_blocks)"
+                             " FROM ttl.orphan_range WHERE status = 'ok' AND sweep = %s", first).fetchone()
+    assert per_range is not None and per_range[0] == per_range[1] >= per_range[2] > 1
+    # the killed run's range in progress: taken up where its last DELETE got to
+    cut = conn.execute("SELECT range_no, next_block FROM ttl.orphan_range WHERE run_id = %s AND status <> 'ok'",
+                       (killed_run[0],)).fetchall()
+    for range_no, next_block in cut:
+        assert conn.execute("SELECT first_block FROM ttl.orphan_range WHERE run_id <> %s AND range_no = %s"
+                            " AND sweep = %s", (killed_run[0], range_no, first[0])).fetchall() == [(next_block,)]
+    # each orphan deleted once: the ranges' counts add up to them all
+    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.orphan_range").fetchone() == (40000,)
+    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.orphan_range WHERE sweep = %s", first
+                        ).fetchone() == (40000,)
+
+
+def test_two_engines_split_the_ranges_of_one_table(conn: Conn, dsn: str) -> None:
+    """Two engine connections with one cutoff (a shared scheduled round), held together
+    after their first DELETE: both work the table, each range once."""
+    conn.execute("INSERT INTO data (hash, body, created_at) SELECT 'gone' || g, repeat('x', 200),"
+                 " now() - interval '1 day' FROM generate_series(1, 20000) g")
+    conn.execute("ANALYZE data")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', age_column => 'created_at',"
+                 " delete_batch_size => 200, range_bytes => 65536)")
+    barrier = threading.Barrier(2, timeout=60)
+
+    class Together:
+        first = True
+
+        def unit_started(self, *a: Any) -> None:
+            pass
+
+        def batch_done(self, *a: Any) -> None:
+            if self.first:
+                self.first = False
+                barrier.wait()
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    results: list[Any] = []
+    engines = [threading.Thread(target=lambda: results.extend(expire(dsn, ["data"], cutoff=row[0],
+                                                                     progress=Together())))
+               for _ in range(2)]
+    for t in engines:
+        t.start()
+    for t in engines:
+        t.join(120)
+    assert len(results) == 2 and all(r.status == "ok" for r in results)
+    assert sum(r.orphans_deleted for r in results) == 20000
+    done = conn.execute("SELECT run_id, range_no FROM ttl.orphan_range WHERE status = 'ok'").fetchall()
+    assert {run for run, _ in done} == {r.run_id for r in results}  # both did ranges
+    numbers = sorted(n for _, n in done)
+    assert numbers == list(range(len(numbers)))  # every range once
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_range WHERE status <> 'ok'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM data").fetchone() == (0,)
 
 
 @pytest.mark.slow
@@ -330,14 +467,14 @@ def test_plan_counts_the_orphans_of_each_partition_and_changes_nothing(conn: Con
     assert "delete orphans" in cli("plan", "parts", "--dsn", dsn).stdout
 
 
-def test_two_engines_share_a_partitioned_child_and_no_partition_is_done_twice(conn: Conn, dsn: str) -> None:
+def test_two_engines_share_a_partitioned_child_and_no_range_is_done_twice(conn: Conn, dsn: str) -> None:
     conn.execute("CREATE TABLE parts (hash text, k int, created_at timestamptz) PARTITION BY LIST (k)")
     for k in range(6):
         conn.execute(f"CREATE TABLE parts_{k} PARTITION OF parts FOR VALUES IN ({k})")
     conn.execute("INSERT INTO parts SELECT 'gone' || g, g % 6, now() - interval '1 day'"
                  " FROM generate_series(1, 60000) g")
     conn.execute("SELECT ttl.enable_orphans('parts', '{hash}', 'metadata', age_column => 'created_at',"
-                 " delete_batch_size => 500)")
+                 " delete_batch_size => 500, range_bytes => 65536)")
     results: list[Any] = []
     # one cutoff for both, as workers sharing a scheduled round have
     row = conn.execute("SELECT now()").fetchone()
@@ -349,11 +486,13 @@ def test_two_engines_share_a_partitioned_child_and_no_partition_is_done_twice(co
     for t in engines:
         t.join(120)
     assert len(results) == 2 and sum(r.orphans_deleted for r in results) == 60000
-    done = conn.execute("SELECT unit_name, count(*) FROM ttl.run_unit WHERE action = 'orphans' AND status = 'ok'"
-                        " GROUP BY unit_name ORDER BY 1").fetchall()
-    assert done == [(f"parts_{k}", 1) for k in range(6)]  # each partition by exactly one engine
-    skipped = conn.execute("SELECT count(*) FROM ttl.run_unit WHERE status = 'skipped'").fetchone()
-    assert skipped == (6,)  # and the other engine skipped it (busy, or done for this cutoff)
+    # each range of each partition done once, by one engine or the other
+    done = conn.execute("SELECT unit_relid::regclass::text, range_no, count(*) FROM ttl.orphan_range"
+                        " WHERE status = 'ok' GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
+    assert {n for *_, n in done} == {1} and {u for u, *_ in done} == {f"parts_{k}" for k in range(6)}
+    sizes = dict(conn.execute("SELECT c.relname::text, pg_relation_size(c.oid) / 8192 FROM pg_class c"
+                              " WHERE c.relname LIKE 'parts\\_%'").fetchall())
+    assert len(done) == sum(-(-int(b) // 8) for b in sizes.values())
     assert conn.execute("SELECT count(*) FROM parts").fetchone() == (0,)
 
 

@@ -267,20 +267,21 @@ def run_unit(ctx: UnitContext) -> UnitResult:
 def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
     """The unit's work; True when it ended the unit itself (claim released)."""
     unit, conn, policy = ctx.unit, ctx.conn, ctx.policy
-    if unit.action in ("delete", "orphans"):
+    if unit.action == "orphans":  # ranges claimed one by one, shared with other runs: no take-over
+        res.strategy = "ranges"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, None)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate_expired(ctx))
+        res.status = orphans.delete_orphans(ctx)
+    elif unit.action == "delete":
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
         estimate = estimate_expired(ctx)
         resumed = (ctx.checkpoint or {}).get("strategy")
-        # resume the way it was going (a checkpoint only makes sense to its own strategy);
-        # orphans have no column to range over: block ranges
-        if unit.action == "orphans":
-            res.strategy = "ctid"
-        else:
-            res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
+        # resume the way it was going (a checkpoint only makes sense to its own strategy)
+        res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
-        if res.status == "ok" and unit.action == "delete":  # its expired column values, while still claimed
+        if res.status == "ok":  # its expired column values, while still claimed
             columns.null_unit(ctx)
     elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)

@@ -11,13 +11,21 @@ meanwhile keeps its child. The history records these units as 'orphans'.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import errors, sql
+from psycopg.types.json import Jsonb
 
+from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
+from pg_ttl.expire.ranges import UnitTimeout, execute, set_lock_timeout
+from pg_ttl.expire.rows import MOVED_RETRIES
 from pg_ttl.expire.units import Unit
 
 # Orphan policies of the given tables (as children) and of the children of the
@@ -85,3 +93,236 @@ def orphan_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Un
     """Every leaf of the child: partitions are never dropped for orphans."""
     return [Unit(int(oid), str(schema), str(relname), "orphans")
             for oid, schema, relname in conn.execute(LEAVES, {"t": policy.relid}).fetchall()]
+
+
+# -- execution: a sweep of block ranges, claimed range by range ------------------------
+
+# How long one DELETE (one transaction, with its counters) should take: each child row
+# costs an index probe of the parent (~1 µs), so a statement is sized by time, not only
+# by the orphans it holds (sparse orphans would make ranges of millions of rows).
+STATEMENT_SECONDS = 0.05
+# The blocks of one unit, its rows per block as of the last ANALYZE, and the policy's
+# range_bytes in blocks.
+SIZE = """
+SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8,
+       CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 100 END,
+       (SELECT o.range_bytes FROM ttl.orphan_policy o WHERE o.relid = %(policy)s)
+         / pg_catalog.current_setting('block_size')::int8
+  FROM pg_catalog.pg_class c WHERE c.oid = %(unit)s
+"""
+# The unit's latest sweep: whether each of its ranges is done, and whether a run of
+# this round (a cutoff as late as ours) took part in it.
+LATEST_SWEEP = """
+SELECT o.sweep, o.sweep_blocks, o.range_blocks,
+       count(DISTINCT o.range_no) FILTER (WHERE o.status = 'ok'),
+       bool_or(r.cutoff >= %(cutoff)s)
+  FROM ttl.orphan_range o JOIN ttl.run r ON r.run_id = o.run_id
+ WHERE o.unit_relid = %(unit)s
+   AND o.sweep = (SELECT max(x.sweep) FROM ttl.orphan_range x WHERE x.unit_relid = %(unit)s)
+ GROUP BY o.sweep, o.sweep_blocks, o.range_blocks
+"""
+# Where a range of a sweep stands: done, or how far earlier runs got (their
+# next_block, committed with each DELETE).
+RANGE_STATE = """
+SELECT bool_or(status = 'ok'), max(next_block)
+  FROM ttl.orphan_range WHERE unit_relid = %(unit)s AND sweep = %(sweep)s AND range_no = %(range)s
+"""
+START_RANGE = """
+INSERT INTO ttl.orphan_range (run_id, unit_relid, sweep, sweep_blocks, range_blocks, range_no, first_block,
+                              end_block, next_block)
+VALUES (%(run)s, %(unit)s, %(sweep)s, %(sweep_blocks)s, %(range_blocks)s, %(range)s, %(first)s, %(end)s, %(first)s)
+"""
+END_RANGE = """
+UPDATE ttl.orphan_range SET status = %(status)s, finished_at = clock_timestamp()
+ WHERE run_id = %(run)s AND unit_relid = %(unit)s AND range_no = %(range)s
+"""
+# One DELETE of a block range and its counters (the range's and the unit's), one
+# transaction: what it examined is counted from the statement's own snapshot.
+# Values are literals (a name or the condition may hold a '%').
+STEP = sql.SQL("""
+WITH d AS ({delete}),
+n AS (SELECT (SELECT count(*) FROM d) AS deleted,
+             (SELECT count(*) FROM ONLY {t} WHERE {where}) AS examined),
+r AS (UPDATE ttl.orphan_range o SET next_block = {hi}, rows_deleted = o.rows_deleted + n.deleted,
+             rows_examined = o.rows_examined + n.examined
+        FROM n WHERE o.run_id = {run} AND o.unit_relid = {unit} AND o.range_no = {range})
+UPDATE ttl.run_unit u SET rows_deleted = u.rows_deleted + n.deleted, rows_selected = u.rows_selected + n.examined,
+       checkpoint = {checkpoint}
+  FROM n WHERE u.run_id = {run} AND u.unit_relid = {unit}
+RETURNING n.deleted, n.examined
+""")
+
+
+@dataclass
+class Sweep:
+    """A pass over a unit's blocks [0, blocks) in ranges of ``range_blocks``, begun by run ``sweep``."""
+
+    sweep: int
+    blocks: int
+    range_blocks: int
+
+    @property
+    def ranges(self) -> int:
+        return -(-self.blocks // self.range_blocks)
+
+
+def _lock_key(unit: int) -> int:
+    # the unit's oid as the first int4 of a two-key advisory lock
+    return unit - 2**32 if unit >= 2**31 else unit
+
+
+def delete_orphans(ctx: UnitContext) -> str:
+    """Delete the unit's orphans: join the unit's unfinished sweep (or begin one), then
+    claim its ranges one by one, each resumed where an earlier run left it. Ranges
+    another run holds are its own; with them the sweep ends whoever finishes last.
+    Returns 'ok' or 'partial' (stopped)."""
+    conn = ctx.conn
+    row = conn.execute(SIZE, {"unit": ctx.unit.relid, "policy": ctx.policy.relid}).fetchone()
+    if row is None or row[0] is None or row[2] is None:
+        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
+    nblocks, per_block = int(row[0]), float(row[1])
+    sweep = _join_sweep(ctx, nblocks, max(1, int(row[2])))
+    if sweep is None:
+        return "ok"  # this round already swept it
+    # A statement's cost is far above JIT's thresholds and its compilation would be
+    # paid again by every one of them (30-120 ms each).
+    jit = conn.execute("SELECT pg_catalog.current_setting('jit')").fetchone()
+    conn.execute("SELECT pg_catalog.set_config('jit', 'off', false)")
+    try:
+        busy: list[int] = []
+        for range_no in range(sweep.ranges):
+            if ctx.stopping():
+                return "partial"
+            status = _claim_and_sweep(ctx, sweep, range_no, per_block)
+            if status == "busy":
+                busy.append(range_no)
+            elif status != "ok":
+                return status
+        # Once more the ranges other runs held: one that was killed meanwhile left its
+        # range unfinished, and it is free now.
+        for range_no in busy:
+            if ctx.stopping():
+                return "partial"
+            status = _claim_and_sweep(ctx, sweep, range_no, per_block)
+            if status not in ("ok", "busy"):
+                return status
+    finally:
+        if not conn.broken and jit is not None:
+            conn.execute("SELECT pg_catalog.set_config('jit', %s, false)", (jit[0],))
+    return "ok"
+
+
+def _join_sweep(ctx: UnitContext, nblocks: int, range_blocks: int) -> Sweep | None:
+    """The sweep to work on: the unit's latest if unfinished, else a new one begun by
+    this run; None when a run of this round already finished the latest. Decided
+    under a transaction lock on the unit, so two runs starting together join one."""
+    unit = ctx.unit.relid
+    with ctx.conn.transaction():
+        ctx.conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s, -1)", (_lock_key(unit),))
+        row = ctx.conn.execute(LATEST_SWEEP, {"unit": unit, "cutoff": ctx.pred.cutoff}).fetchone()
+        if row is not None:
+            latest = Sweep(int(row[0]), int(row[1]), int(row[2]))
+            if int(row[3]) < latest.ranges and latest.range_blocks == range_blocks:
+                return latest
+            if int(row[3]) >= latest.ranges and row[4]:
+                return None
+        sweep = Sweep(ctx.run_id, nblocks, range_blocks)
+        if sweep.ranges > 0:
+            # Its first range, recorded at once: a run deciding next sees this sweep.
+            ctx.conn.execute(START_RANGE, {"run": ctx.run_id, "unit": unit, "sweep": sweep.sweep,
+                                           "sweep_blocks": sweep.blocks, "range_blocks": range_blocks,
+                                           "range": 0, "first": 0, "end": min(range_blocks, nblocks)})
+        return sweep
+
+
+def _claim_and_sweep(ctx: UnitContext, sweep: Sweep, range_no: int, per_block: float) -> str:
+    """One range, unless it is done or another run holds it ('busy')."""
+    conn, unit = ctx.conn, ctx.unit.relid
+    key = (_lock_key(unit), range_no)
+    if not conn.execute("SELECT pg_catalog.pg_try_advisory_lock(%s, %s)", key).fetchone()[0]:  # type: ignore[index]
+        return "busy"  # another run's: not ours to wait for
+    try:
+        params = {"unit": unit, "sweep": sweep.sweep, "range": range_no, "run": ctx.run_id}
+        done, reached = conn.execute(RANGE_STATE, params).fetchone()  # type: ignore[misc]
+        if done:
+            return "ok"
+        first = range_no * sweep.range_blocks
+        end = min(first + sweep.range_blocks, sweep.blocks)
+        mine = conn.execute("SELECT 1 FROM ttl.orphan_range WHERE run_id = %(run)s AND unit_relid = %(unit)s"
+                            " AND range_no = %(range)s", params).fetchone()
+        if mine is None:  # (a new sweep's first range is recorded already)
+            conn.execute(START_RANGE, {**params, "sweep_blocks": sweep.blocks, "range_blocks": sweep.range_blocks,
+                                       "first": max(first, int(reached or 0)), "end": end})
+        start = max(first, int(reached or 0))
+        try:
+            status = _sweep_range(ctx, range_no, start, end, per_block)
+        except BaseException as exc:
+            if not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    timeout = isinstance(exc, UnitTimeout | errors.LockNotAvailable | errors.QueryCanceled)
+                    conn.execute(END_RANGE, {**params, "status": "timeout" if timeout else "failed"})
+            raise
+        conn.execute(END_RANGE, {**params, "status": status})
+        return status
+    finally:
+        if not conn.broken:
+            conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s, %s)", key)
+
+
+def _sweep_range(ctx: UnitContext, range_no: int, block: int, end: int, per_block: float) -> str:
+    """Blocks [block, end) of the unit, one DELETE per transaction, each sized toward
+    STATEMENT_SECONDS and delete_batch_size orphans from what the last ones took."""
+    dbs = ctx.policy.delete_batch_size
+    step = max(1, math.ceil(dbs / per_block))  # as if every row were an orphan
+    while block < end:
+        if ctx.stopping():
+            return "partial"
+        hi = min(end, block + step)
+        started = time.monotonic()
+        deleted, examined = _step(ctx, range_no, block, hi)
+        took = max(time.monotonic() - started, 1e-4)
+        ctx.selected += examined
+        ctx.deleted += deleted
+        ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, deleted, deleted)
+        ctx.delete_limiter.add(deleted)
+        blocks = hi - block
+        by_time = blocks * STATEMENT_SECONDS / took
+        by_orphans = dbs * blocks / deleted if deleted else float("inf")
+        step = max(1, int(min(by_time, by_orphans, blocks * 4)))
+        block = hi
+    return "ok"
+
+
+def _step(ctx: UnitContext, range_no: int, lo: int, hi: int) -> tuple[int, int]:
+    """One block range deleted with its counters, under the short row lock timeout; a
+    range that meets an application's row lock is redone without waiting on row locks
+    (the rows it holds wait for the next pass), one whose row was moved to another
+    partition meanwhile is redone (MOVED_RETRIES times, then left)."""
+    t, cond = ctx.unit.ident, ctx.pred.expired
+    where = sql.SQL("ctid OPERATOR(pg_catalog.>=) CAST({} AS pg_catalog.tid) AND "
+                    "ctid OPERATOR(pg_catalog.<) CAST({} AS pg_catalog.tid)").format(
+        sql.Literal(f"({lo},0)"), sql.Literal(f"({hi},0)"))
+    fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {cond} RETURNING 1").format(t=t, where=where, cond=cond)
+    skip = sql.SQL("DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {cond}"
+                   " FOR UPDATE SKIP LOCKED)) AND {cond} RETURNING 1").format(t=t, where=where, cond=cond)
+    checkpoint = Jsonb({"strategy": "ranges", "range": range_no, "from": f"({hi},0)"})
+
+    def statement(delete: sql.Composable) -> sql.Composed:
+        return STEP.format(delete=delete, t=t, where=where, hi=sql.Literal(hi), run=sql.Literal(ctx.run_id),
+                           unit=sql.Literal(ctx.unit.relid), range=sql.Literal(range_no),
+                           checkpoint=sql.Literal(checkpoint))
+
+    for _ in range(MOVED_RETRIES):
+        try:
+            try:
+                set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
+                row = execute(ctx, statement(fast), reraise_lock=True).fetchone()
+            except errors.LockNotAvailable:
+                set_lock_timeout(ctx, ctx.settings.lock_timeout)
+                row = execute(ctx, statement(skip)).fetchone()
+        except errors.SerializationFailure:
+            continue  # a new statement, with a new snapshot, no longer sees the moved row here
+        finally:
+            set_lock_timeout(ctx, ctx.settings.lock_timeout)
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+    return 0, 0
