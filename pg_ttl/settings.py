@@ -37,12 +37,14 @@ class Tier:
 @dataclass(frozen=True)
 class TtlSettings:
     """A table's TTL: its column, how long after it a row expires, the column's Unix time
-    unit (numeric columns), and the storage tiers before the DELETE."""
+    unit (numeric columns), the storage tiers before the DELETE, and whether rows already
+    past the DELETE are archived to the last tier first."""
 
     column: str | None = None
     expire_after: Duration = 0
     unit: str | None = None  # 'seconds' | 'milliseconds' | 'microseconds' | 'nanoseconds'
     tiers: tuple[Tier, ...] = field(default=())
+    archive_before_delete: bool = False
 
     def with_date_type_column(self, column: str, expire_after: Duration = 0) -> TtlSettings:
         """A date, timestamp or timestamptz column: rows expire ``expire_after`` after it."""
@@ -55,6 +57,12 @@ class TtlSettings:
     def with_tier(self, after: Duration, storage: str) -> TtlSettings:
         """Rows move to ``storage`` this long after the column, before the DELETE."""
         return replace(self, tiers=(*self.tiers, Tier(after, storage)))
+
+    def with_archive_before_delete(self, archive: bool = True) -> TtlSettings:
+        """Rows already past the DELETE are archived to the last tier first (by default they
+        are deleted without being archived); the DELETE waits for an archive run that left
+        none of them behind."""
+        return replace(self, archive_before_delete=archive)
 
 
 @dataclass(frozen=True)
@@ -85,13 +93,16 @@ def alter_table(conn: psycopg.Connection[Any], table: str, *, set_ttl_settings: 
     if s.column is None:
         raise ValueError("TtlSettings without a column: use with_date_type_column or with_value_since_unix_epoch")
     options = {"column": s.column, "expire_after": _interval(s.expire_after), "unit": s.unit}
-    # the old tiers go first: they may not fit the new interval
-    if conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s::regclass", (table,)).fetchone():
-        conn.execute("SELECT ttl.set_tiers(%s, '[]')", (table,))
-    conn.execute("SELECT ttl.set_options(%s, %s::jsonb)", (table, json.dumps(options)))
-    if s.tiers:
-        tiers = [{"after": _interval(t.after), "to": t.storage} for t in s.tiers]
-        conn.execute("SELECT ttl.set_tiers(%s, %s::jsonb)", (table, json.dumps(tiers)))
+    with conn.transaction():  # all or nothing, on an autocommit connection too
+        # the old tiers go first: they may not fit the new interval
+        if conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s::regclass", (table,)).fetchone():
+            conn.execute("SELECT ttl.set_tiers(%s, '[]')", (table,))
+        conn.execute("SELECT ttl.set_options(%s, %s::jsonb)", (table, json.dumps(options)))
+        if s.tiers or s.archive_before_delete:
+            tiers: list[dict[str, Any]] = [{"after": _interval(t.after), "to": t.storage} for t in s.tiers]
+            if s.archive_before_delete:  # ttl.set_tiers refuses it without a storage tier
+                tiers.append({"after": _interval(s.expire_after), "action": "delete", "archive_before_delete": True})
+            conn.execute("SELECT ttl.set_tiers(%s, %s::jsonb)", (table, json.dumps(tiers)))
 
 
 def describe_table(conn: psycopg.Connection[Any], table: str) -> TableDescription:
@@ -104,8 +115,9 @@ def describe_table(conn: psycopg.Connection[Any], table: str) -> TableDescriptio
         "SELECT option, value FROM ttl.describe(%s)", (table,)).fetchall()}
     if options.get("ttl_column") is None:  # an expression or per-row policy: no column settings
         return TableDescription(table, None, options)
-    tiers = tuple(Tier(str(after), str(storage)) for after, storage in conn.execute(
-        "SELECT after::text, storage FROM ttl.tier WHERE relid = %s::regclass ORDER BY position", (table,)))
+    found = conn.execute("SELECT after::text, storage, archive_before_delete FROM ttl.tier"
+                         " WHERE relid = %s::regclass ORDER BY position", (table,)).fetchall()
     settings = TtlSettings(column=options["ttl_column"], expire_after=str(row[0]), unit=options.get("ttl_unit"),
-                           tiers=tiers)
+                           tiers=tuple(Tier(str(after), str(storage)) for after, storage, _ in found),
+                           archive_before_delete=any(bool(before) for *_, before in found))
     return TableDescription(table, settings, options)

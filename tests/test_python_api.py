@@ -52,6 +52,18 @@ def test_tiers_through_the_builder(owner: psycopg.Connection[Any], tmp_path: Pat
     pg_ttl.alter_table(owner, "events", set_ttl_settings=settings)
     described = pg_ttl.describe_table(owner, "events").ttl_settings
     assert described is not None and described.tiers == (pg_ttl.Tier("30 days", "cold"),)
+    assert not described.archive_before_delete
+    # rows already past the DELETE archived first: kept, described, and refused without a tier
+    pg_ttl.alter_table(owner, "events", set_ttl_settings=settings.with_archive_before_delete())
+    described = pg_ttl.describe_table(owner, "events").ttl_settings
+    assert described is not None and described.archive_before_delete
+    assert described.tiers == (pg_ttl.Tier("30 days", "cold"),)
+    assert owner.execute("SELECT archive_before_delete FROM ttl.tier WHERE relid = 'events'::regclass").fetchall() \
+        == [(True,)]
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs a storage tier"):
+        pg_ttl.alter_table(owner, "events", set_ttl_settings=pg_ttl.TtlSettings().with_date_type_column(
+            "created_at", "400 days").with_archive_before_delete())
+    assert pg_ttl.describe_table(owner, "events").ttl_settings == described  # refused: nothing changed
     # the same settings without tiers remove them
     pg_ttl.alter_table(owner, "events", set_ttl_settings=pg_ttl.TtlSettings().with_date_type_column("created_at", 60))
     described = pg_ttl.describe_table(owner, "events").ttl_settings
