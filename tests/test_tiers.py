@@ -149,6 +149,35 @@ def test_an_unwritable_storage_fails_the_unit_and_deletes_nothing(db: psycopg.Co
     assert archived.status == "ok" and archived.rows_deleted == 30
 
 
+def test_a_full_disk_fails_the_unit_and_deletes_nothing(db: psycopg.Connection[Any], dsn: str,
+                                                        tmp_path: Path) -> None:
+    """The storage's directory on a full filesystem: a 4 kB tmpfs, filled, mounted over it for
+    the engine's process only (a mount namespace of its own)."""
+    target = tmp_path / "archive"
+    target.mkdir()
+    _events(db, target)
+    namespace = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
+    script = ('mount -t tmpfs -o size=4k pg-ttl-full "$1" && dd if=/dev/zero of="$1/filler" bs=4k count=1'
+              ' 2>/dev/null; df "$1" | tail -1; shift; exec "$@"')
+    done = subprocess.run([*namespace, "sh", "-c", script, "sh", str(target), sys.executable, "-m", "pg_ttl", "run",
+                           "events", "--quiet", "--dsn", dsn], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "400"})
+    assert "100%" in done.stdout, done.stdout + done.stderr  # the engine ran on the full filesystem
+    row = db.execute("SELECT u.status, u.error FROM ttl.run_unit u JOIN ttl.run r USING (run_id)"
+                     " WHERE u.action = 'archive' ORDER BY r.run_id DESC LIMIT 1").fetchone()
+    assert row is not None and row[0] == "failed"
+    assert 'storage "local"' in row[1] and "No space left on device" in row[1], row
+    assert done.returncode != 0 and "No space left on device" in done.stdout + done.stderr
+    # nothing of the tier deleted, nothing listed; the next run, with room, moves them once
+    assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (30,)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
+    assert not list(target.rglob("*"))  # the mount was the engine's alone
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "ok" and archived.rows_deleted == 30
+    assert sorted(i for i, *_ in _parquet_rows(target)) == list(range(21, 51))
+
+
 def test_a_row_the_application_holds_waits_for_the_next_run(db: psycopg.Connection[Any], dsn: str,
                                                            tmp_path: Path, connect: Any) -> None:
     _events(db, tmp_path)
