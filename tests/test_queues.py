@@ -183,6 +183,24 @@ def test_an_update_that_makes_the_expiry_later_runs_no_trigger_and_a_pass_moves_
     _assert_no_row_late(db)
 
 
+def test_a_key_inserted_again_where_its_old_entry_was_left_is_no_error(db: psycopg.Connection[Any]) -> None:
+    _table(db, 10, 100)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.execute("UPDATE t SET v = '2026-01-01' WHERE id = 1")  # earlier: moved there
+    db.execute("UPDATE t SET v = '2026-02-01' WHERE id = 1")  # later: the entry stays at 2026-01-02
+    db.execute("DELETE FROM t WHERE id = 1")  # removes no entry: the one at 2026-01-02 stays
+    db.commit()
+    assert db.execute("SELECT extra FROM ttl.queue_verify('t')").fetchone() == (1,)
+    # rows 1 and 11: 1's entry is there already; both in one statement, then alone
+    db.execute("INSERT INTO t SELECT g, '2026-01-01' FROM unnest(ARRAY[1, 11]) g")
+    db.commit()
+    assert db.execute("SELECT missing, late, extra FROM ttl.queue_verify('t')").fetchone() == (0, 0, 0)
+    db.execute("DELETE FROM t WHERE id = 1")
+    db.execute("INSERT INTO t SELECT 1, '2026-01-01'")
+    db.commit()
+    _assert_no_row_late(db)
+
+
 def test_a_pass_moves_early_entries_while_the_application_moves_expiries(
         db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
     import random
