@@ -104,42 +104,30 @@ AS $fn$
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl
 $fn$;
 
--- The rows of policy `tbl` expired at `cutoff`, as SQL over the table's columns:
---   expired: the exact condition (true only for rows whose expiry <= cutoff);
---   bound:   for column policies, `col <= threshold` in the column's own type,
---            implied by `expired` when months are involved and equal to it
---            otherwise, so a btree on the column can find the candidates.
--- A threshold outside the column type's range is clamped: below it nothing
+-- `col <= threshold` in the column's own type (`typ`, Unix time in `unit` for
+-- numeric types) for the values whose expiry after `after` is at or before
+-- `cutoff`, so a btree on the column (or a cheap comparison per row) finds them:
+-- equal to that condition when `exact`, else (months: not a fixed length)
+-- implied by it. NULL when the threshold is before the start of time. A
+-- threshold outside the column type's range is clamped: below it nothing
 -- expires, above it every non-NULL value does.
-CREATE OR REPLACE FUNCTION ttl.expired_sql(tbl oid, cutoff timestamptz, OUT expired text, OUT bound text)
+CREATE OR REPLACE FUNCTION ttl._column_bound_sql(col text, typ regtype, unit text, after interval,
+                                                 cutoff timestamptz, OUT bound text, OUT exact boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET TimeZone = 'UTC'
 AS $fn$
 DECLARE
-    p ttl.policy;
-    col text;
-    typ regtype;
-    months boolean;
+    months boolean := ttl._has_months(after);
     point timestamptz;
     thr numeric;
     low numeric;
     high numeric;
 BEGIN
-    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF p.expiration_expression IS NOT NULL THEN
-        expired := format('((%s) OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)', p.expiration_expression, cutoff);
-        RETURN;
-    END IF;
-    col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
-    typ := p.ttl_atttypid;
-    months := ttl._has_months(p.expire_after);
+    exact := NOT months;
     BEGIN
-        -- with months (not a fixed length), widened by the longest month-end clamp
-        point := cutoff - p.expire_after + CASE WHEN months THEN interval '3 days' ELSE interval '0' END;
+        -- with months, widened by the longest month-end clamp
+        point := cutoff - after + CASE WHEN months THEN interval '3 days' ELSE interval '0' END;
     EXCEPTION WHEN datetime_field_overflow THEN
         point := NULL;  -- before the start of time: only the exact check can say
     END;
@@ -150,10 +138,10 @@ BEGIN
     ELSIF typ = 'timestamp'::regtype THEN
         bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamp', col, point AT TIME ZONE 'UTC');
     ELSIF typ = 'date'::regtype THEN
-        -- a date expires at its midnight UTC + expire_after: midnight <= t  <=>  date <= t::date
+        -- a date expires at its midnight UTC + after: midnight <= t  <=>  date <= t::date
         bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.date', col, (point AT TIME ZONE 'UTC')::date);
     ELSE
-        thr := extract(epoch FROM point) * ttl._unit_scale(p.unit);  -- numeric: exact
+        thr := extract(epoch FROM point) * ttl._unit_scale(unit);  -- numeric: exact
         IF typ = 'numeric'::regtype THEN
             bound := format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.numeric', col, thr);
         ELSE
@@ -166,9 +154,39 @@ BEGIN
                           ELSE format('%s OPERATOR(pg_catalog.<=) %L::pg_catalog.int8', col, thr) END;
         END IF;
     END IF;
-    IF months OR bound IS NULL THEN
+END
+$fn$;
+
+-- The rows of policy `tbl` expired at `cutoff`, as SQL over the table's columns:
+--   expired: the exact condition (true only for rows whose expiry <= cutoff);
+--   bound:   for column policies, `col <= threshold` in the column's own type
+--            (ttl._column_bound_sql), implied by `expired` when months are
+--            involved and equal to it otherwise, so a btree on the column can
+--            find the candidates.
+CREATE OR REPLACE FUNCTION ttl.expired_sql(tbl oid, cutoff timestamptz, OUT expired text, OUT bound text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+AS $fn$
+DECLARE
+    p ttl.policy;
+    col text;
+    exact boolean;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p.expiration_expression IS NOT NULL THEN
+        expired := format('((%s) OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)', p.expiration_expression, cutoff);
+        RETURN;
+    END IF;
+    col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
+    SELECT b.bound, b.exact INTO bound, exact
+      FROM ttl._column_bound_sql(col, p.ttl_atttypid, p.unit, p.expire_after, cutoff) b;
+    IF NOT exact OR bound IS NULL THEN
         expired := format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
-                          ttl._expiry_sql(typ, p.unit, p.expire_after, col), cutoff);
+                          ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after, col), cutoff);
         IF bound IS NOT NULL THEN
             expired := format('(%s AND %s)', bound, expired);
         END IF;

@@ -245,6 +245,9 @@ DECLARE
     nconds integer;
     age_typ regtype;
     age_term text;
+    age_from interval;
+    age_bound text;
+    age_exact boolean;
     age_sql text;
 BEGIN
     SELECT * INTO o FROM ttl.orphan_policy WHERE relid = tbl;
@@ -287,17 +290,30 @@ BEGIN
     END IF;
     age_typ := (SELECT atttypid FROM pg_attribute WHERE attrelid = o.relid AND attnum = o.age_attnum)::regtype;
     age_term := format('%I', ttl._attname(o.relid, o.age_attnum));
-    IF age_typ = 'pg_catalog.date'::regtype THEN
-        -- A row dated D may have been written until the end of D: its age counts from D + 1.
-        age_term := format('(%s OPERATOR(pg_catalog.+) 1)', age_term);
+    -- A row dated D may have been written until the end of D: its age counts from D + 1.
+    age_from := CASE WHEN age_typ = 'pg_catalog.date'::regtype THEN interval '1 day' ELSE interval '0' END;
+    -- Old enough: the age column against a constant (one comparison per row, not the
+    -- expiry arithmetic), with the exact expiry only where months make them differ.
+    SELECT b.bound, b.exact INTO age_bound, age_exact
+      FROM ttl._column_bound_sql(age_term, age_typ, o.age_unit, o.min_age + age_from, cutoff) b;
+    IF age_exact AND age_bound IS NOT NULL THEN
+        age_sql := age_bound;
+    ELSE
+        IF age_typ = 'pg_catalog.date'::regtype THEN
+            age_term := format('(%s OPERATOR(pg_catalog.+) 1)', age_term);
+        END IF;
+        age_sql := format('(%s) OPERATOR(pg_catalog.<=) %L::timestamptz',
+                          ttl._expiry_sql(age_typ, o.age_unit, o.min_age, age_term), cutoff);
+        IF age_bound IS NOT NULL THEN
+            age_sql := format('%s AND %s', age_bound, age_sql);
+        END IF;
     END IF;
-    age_sql := ttl._expiry_sql(age_typ, o.age_unit, o.min_age, age_term);
     -- OFFSET 0 keeps the lookup a probe per child row: pulled up into an anti-join, the
     -- planner may hash the whole parent for every range.
-    RETURN format('(NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND (%s) OPERATOR(pg_catalog.<=) %L::timestamptz)',
+    RETURN format('(NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND %s)',
                   (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = o.parent_relid),
                   (SELECT c.relname FROM pg_class c WHERE c.oid = o.parent_relid),
-                  aliases, conds, age_sql, cutoff);
+                  aliases, conds, age_sql);
 END
 $fn$;
 

@@ -100,6 +100,31 @@ def test_multi_column_keys_partitioned_children_and_a_date_age(conn: Conn, dsn: 
     assert sorted(conn.execute("SELECT x, y FROM items").fetchall()) == [(1, "a"), (1, "a"), (2, "b"), (9, "z")]
 
 
+AGES = [("timestamptz", "t", None), ("timestamp", "t AT TIME ZONE 'UTC'", None),
+        ("bigint", "floor(extract(epoch FROM t))", "seconds"),
+        ("numeric", "extract(epoch FROM t) * 1000", "milliseconds")]
+
+
+@pytest.mark.parametrize(("typ", "value", "unit"), AGES, ids=[a[0] for a in AGES])
+@pytest.mark.parametrize("min_age", ["1 hour", "1 month 2 days"])
+def test_min_age_is_exact_in_every_age_column_type(conn: Conn, dsn: str, typ: str, value: str, unit: str | None,
+                                                   min_age: str) -> None:
+    """A row goes when its age reached min_age at the run's cutoff, to the second,
+    whatever the age column's type (compared as a constant threshold where that is exact)."""
+    conn.execute(f"CREATE TABLE aged (hash text, made {typ})")
+    row = conn.execute("SELECT date_trunc('second', now()) - interval '1 minute'").fetchone()
+    assert row is not None
+    cutoff = row[0]
+    for name, offset in (("older", "-1 second"), ("exact", "0"), ("younger", "1 second")):
+        conn.execute(f"INSERT INTO aged SELECT %s, {value} FROM (SELECT CAST(%s AS timestamptz)"
+                     f" - CAST(%s AS interval) + CAST(%s AS interval) AS t) x", (name, cutoff, min_age, offset))
+    conn.execute("SELECT ttl.enable_orphans('aged', '{hash}', 'metadata', min_age => %s, age_column => 'made',"
+                 " age_unit => %s)", (min_age, unit))
+    [res] = expire(dsn, ["aged"], cutoff=cutoff)
+    assert res.status == "ok", res.error
+    assert conn.execute("SELECT hash FROM aged").fetchall() == [("younger",)]
+
+
 def test_children_follow_their_parents_in_the_same_pass(conn: Conn, dsn: str) -> None:
     conn.execute("INSERT INTO metadata (hash, created_at) VALUES ('old', now() - interval '60 days'),"
                  " ('new', now())")
