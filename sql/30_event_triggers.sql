@@ -163,6 +163,19 @@ BEGIN
         PERFORM ttl._check_value_columns(x) FROM ttl.policy x WHERE x.relid = p.relid;
         PERFORM ttl._value_triggers_sync(p.relid);
     END LOOP;
+    -- A partition attached to or detached from a table with an expiration
+    -- queue (or one of its partitions): the queue's triggers follow
+    -- (sql/78_queues.sql).
+    IF EXISTS (SELECT 1 FROM ttl.queue LIMIT 1) THEN
+        FOR p IN
+            SELECT DISTINCT q.relid FROM ttl.queue q
+             WHERE q.relid IN (SELECT a.relid
+                                 FROM pg_event_trigger_ddl_commands() cmd, pg_partition_ancestors(cmd.objid) a
+                                WHERE cmd.command_tag = 'ALTER TABLE' AND cmd.object_type = 'table')
+        LOOP
+            PERFORM ttl._queue_sync(p.relid);
+        END LOOP;
+    END IF;
     -- Strict visibility's view shows the table's columns as they are now.
     FOR p IN
         SELECT pol.relid FROM ttl.policy pol
@@ -202,6 +215,16 @@ BEGIN
                          JOIN ttl.policy p ON p.relid = a.relid AND p.row_expiry_attnum IS NOT NULL)
     LOOP
         PERFORM ttl._note_partition(part, '-infinity', '-infinity', true);
+    END LOOP;
+    -- A partition created under a table with an expiration queue gets its triggers.
+    FOR part IN
+        SELECT DISTINCT q.relid FROM pg_event_trigger_ddl_commands() c
+          JOIN pg_class r ON r.oid = c.objid AND r.relispartition
+          CROSS JOIN LATERAL pg_partition_ancestors(c.objid) a
+          JOIN ttl.queue q ON q.relid = a.relid
+         WHERE c.command_tag = 'CREATE TABLE' AND c.object_type = 'table'
+    LOOP
+        PERFORM ttl._queue_sync(part);
     END LOOP;
 END
 $fn$;

@@ -244,6 +244,99 @@ def test_a_pass_moves_early_entries_while_the_application_moves_expiries(
     assert row is not None and min(_first_entries(db).values()) > row[0]
 
 
+def _queue_triggers(db: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    """Each table's triggers of the queue (their clones on partitions included)."""
+    out: dict[str, list[str]] = {}
+    for rel, name in db.execute("SELECT tgrelid::regclass::text, tgname FROM pg_trigger"
+                                " WHERE tgname LIKE 'ttl\\_queue\\_%%' ORDER BY 1, 2").fetchall():
+        out.setdefault(rel, []).append(name)
+    return out
+
+
+def test_a_partitioned_tables_queue_follows_writes_through_it_and_into_its_partitions(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE pt (id int, region int, v timestamptz, n int NOT NULL DEFAULT 0,"
+               " PRIMARY KEY (id, region)) PARTITION BY LIST (region)")
+    db.execute("CREATE TABLE pt_1 PARTITION OF pt FOR VALUES IN (1)")
+    db.execute("CREATE TABLE pt_2 PARTITION OF pt FOR VALUES IN (2)")
+    db.execute("INSERT INTO pt SELECT g, 1 + g % 2, CASE WHEN g % 5 = 0 THEN now() - interval '1 year'"
+               " ELSE now() + interval '1 year' END FROM generate_series(1, 100) g")
+    db.execute("SELECT ttl.enable('pt', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.set_option('pt', 'queue_shards', '3')")
+    db.execute("SELECT ttl.queue_backfill('pt')")
+    db.commit()
+    assert _queue(db, "pt") == {(k, e) for k, e in db.execute(
+        "SELECT id, v + interval '1 day' FROM pt").fetchall()}
+    assert _queue_triggers(db) == {
+        "pt": ["ttl_queue_delete", "ttl_queue_insert", "ttl_queue_moves", "ttl_queue_truncate", "ttl_queue_update"],
+        "pt_1": ["ttl_queue_delete", "ttl_queue_insert", "ttl_queue_update"],
+        "pt_2": ["ttl_queue_delete", "ttl_queue_insert", "ttl_queue_update"]}
+    # writes through the partitioned table and directly into its partitions
+    db.execute("INSERT INTO pt VALUES (101, 1, now() - interval '1 year'), (102, 2, now())")
+    db.execute("INSERT INTO pt_1 VALUES (103, 1, now() - interval '1 year'), (104, 1, now())")
+    with db.cursor().copy("COPY pt_2 (id, region, v) FROM STDIN") as copy:
+        copy.write_row((105, 2, "2020-01-01"))
+    db.execute("UPDATE pt SET v = v - interval '2 days' WHERE id IN (1, 2)")  # earlier, through pt
+    db.execute("UPDATE pt_2 SET v = now() - interval '1 year' WHERE id = 3")  # earlier, in the partition
+    db.execute("UPDATE pt_1 SET v = v + interval '1 day' WHERE id IN (6, 8)")  # later: entries stay early
+    db.execute("UPDATE pt SET region = 2 WHERE id IN (22, 24)")  # moved from pt_1 to pt_2: new keys
+    db.execute("UPDATE pt SET region = 1, v = now() - interval '1 year' WHERE id = 27")  # moved, and expired
+    db.execute("DELETE FROM pt_1 WHERE id = 14")
+    db.execute("DELETE FROM pt WHERE id IN (16, 17)")
+    assert db.execute("SELECT count(*) FROM pt WHERE id IN (1, 2, 3, 6, 8, 14, 16, 17, 22, 24, 27, 101, 102, 103,"
+                      " 104, 105)").fetchone() == (13,)
+    db.commit()
+    _assert_no_row_late(db, "pt")
+    assert db.execute("SELECT extra FROM ttl.queue_verify('pt')").fetchone() == (0,)
+    # a partition created later: its triggers at once
+    db.execute("CREATE TABLE pt_3 PARTITION OF pt FOR VALUES IN (3)")
+    db.commit()
+    assert _queue_triggers(db)["pt_3"] == ["ttl_queue_delete", "ttl_queue_insert", "ttl_queue_update"]
+    assert db.execute("SELECT backfilled FROM ttl.queue").fetchone() == (True,)  # created empty: nothing to fill
+    db.execute("INSERT INTO pt_3 VALUES (201, 3, now() - interval '1 year'), (202, 3, now())")
+    db.execute("INSERT INTO pt VALUES (203, 3, now() - interval '1 year')")
+    db.commit()
+    _assert_no_row_late(db, "pt")
+    # a table attached with rows: they need entries, the queue is filled again
+    db.execute("CREATE TABLE pt_4 (LIKE pt INCLUDING DEFAULTS)")
+    db.execute("INSERT INTO pt_4 VALUES (301, 4, now() - interval '1 year'), (302, 4, now())")
+    db.execute("ALTER TABLE pt ATTACH PARTITION pt_4 FOR VALUES IN (4)")
+    db.commit()
+    assert _queue_triggers(db)["pt_4"] == ["ttl_queue_delete", "ttl_queue_insert", "ttl_queue_update"]
+    assert db.execute("SELECT backfilled FROM ttl.queue").fetchone() == (False,)
+    # a partition detached: its triggers go, its rows' entries are left to the drain
+    db.execute("ALTER TABLE pt DETACH PARTITION pt_2")
+    db.commit()
+    assert "pt_2" not in _queue_triggers(db)
+    entries = _queue(db, "pt")
+    db.execute("INSERT INTO pt_2 VALUES (401, 2, now() - interval '1 year')")
+    db.execute("UPDATE pt_2 SET v = v - interval '1 year'")
+    db.commit()
+    assert _queue(db, "pt") == entries  # writes to the detached table no longer reach the queue
+    expired = {k for (k,) in db.execute("SELECT id FROM pt WHERE v + interval '1 day' <= now()").fetchall()}
+    assert {101, 103, 27, 201, 203, 301} <= expired and not {3, 105} & expired  # 3, 105 left with pt_2
+    kept = db.execute("SELECT count(*) FROM pt_2").fetchone()
+    [res] = expire(dsn, ["pt"])  # fills the queue first (pt_4's rows), then drains it
+    assert res.status == "ok" and res.rows_deleted == len(expired)
+    assert db.execute("SELECT count(*) FROM pt WHERE v + interval '1 day' <= now()").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM pt_2").fetchone() == kept  # the detached table is not the queue's
+    _assert_no_row_late(db, "pt")
+    # the entries of pt_2's rows that were due went with the pass (their row is gone from pt)
+    assert not {k for k, e in _queue(db, "pt") if k in (3, 105)}
+    # a partition dropped, or truncated: its entries are left to the drain; TRUNCATE of the table empties the queue
+    db.execute("INSERT INTO pt_3 VALUES (204, 3, now() - interval '1 year')")
+    db.execute("DROP TABLE pt_3")
+    db.execute("TRUNCATE pt_1")
+    db.commit()
+    _assert_no_row_late(db, "pt")
+    db.execute("TRUNCATE pt")
+    db.commit()
+    assert _queue(db, "pt") == set()
+    db.execute("SELECT ttl.set_option('pt', 'queue_shards', '0')")
+    db.commit()
+    assert _queue_triggers(db) == {}
+
+
 def test_a_pass_reads_only_what_expired_and_deletes_it(db: psycopg.Connection[Any], dsn: str) -> None:
     _table(db, 20_000, 100)  # 200 expired
     [res] = expire(dsn, ["t"])
