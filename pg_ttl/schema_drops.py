@@ -46,4 +46,7 @@ REMOVED: tuple[Removed, ...] = (
             "ttl.null_expired_values(regclass, regclass, name, integer, timestamp with time zone)"),
     # The heartbeat also records the tables the worker skips.
     Removed("0009", "function", "ttl.worker_heartbeat(text, text, integer, text, text, integer)"),
+    # An orphan policy may have several parent tables (parents).
+    Removed("0013", "function",
+            "ttl.enable_orphans(regclass, text[], regclass, text[], interval, name, text, text, bigint, integer)"),
 )

@@ -28,7 +28,9 @@ BEGIN
           FROM pg_event_trigger_dropped_objects() o
           JOIN ttl.orphan_policy op
             ON (op.relid = o.objid AND (o.objsubid = ANY (op.key_attnums) OR o.objsubid = op.age_attnum))
-            OR (op.parent_relid = o.objid AND o.objsubid = ANY (op.parent_attnums))
+            OR EXISTS (SELECT 1 FROM ttl._orphan_parents(op.parent_relids, op.parent_attnums,
+                                                         cardinality(op.key_attnums)) pk
+                        WHERE pk.parent = o.objid AND o.objsubid = ANY (pk.attnums))
          WHERE o.object_type = 'table column'
     LOOP
         RAISE EXCEPTION 'cannot drop column %: it is used by the orphan policy of %', d.object_identity, d.relid::regclass
@@ -75,14 +77,15 @@ BEGIN
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');
     -- A dropped parent would make every child an orphan: its children's orphan
     -- policies go with it (a table recreated under the same name must not
-    -- cost its children), and the owners are told.
+    -- cost its children; with several parents, the others alone would not say
+    -- what the owner meant), and the owners are told.
     FOR d IN
         DELETE FROM ttl.orphan_policy
-         WHERE parent_relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
+         WHERE parent_relids && ARRAY(SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
            AND relid NOT IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table')
         RETURNING relid
     LOOP
-        RAISE NOTICE 'the orphan policy of % was removed: its parent table was dropped', d.relid::regclass;
+        RAISE NOTICE 'the orphan policy of % was removed: a parent table of it was dropped', d.relid::regclass;
     END LOOP;
     DELETE FROM ttl.orphan_policy
      WHERE relid IN (SELECT objid FROM pg_event_trigger_dropped_objects() WHERE object_type = 'table');

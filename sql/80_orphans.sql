@@ -5,8 +5,9 @@
 -- younger than min_age (by its age column), so a child written a little before
 -- its parent stays.
 --
--- An age column is required: without one, a child whose parent is about to be
--- written cannot be told from an orphan.
+-- A child may have several parents: it is an orphan when none of them has its
+-- key. An age column is required: without one, a child whose parent is about to
+-- be written cannot be told from an orphan.
 
 -- attnums of the named columns of tbl (errors name the option).
 CREATE OR REPLACE FUNCTION ttl._attnums(tbl regclass, cols text[], option text) RETURNS smallint[]
@@ -47,6 +48,19 @@ AS $fn$
      LIMIT 1
 $fn$;
 
+-- The parents of an orphan policy in order, each with its key columns (the
+-- policy keeps them one parent after the other in parent_attnums, `nkeys`
+-- each). Columns, not the policy's row type: a downgrade drops that table.
+CREATE OR REPLACE FUNCTION ttl._orphan_parents(parent_relids oid[], parent_attnums smallint[], nkeys integer)
+RETURNS TABLE (n integer, parent oid, attnums smallint[])
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT k::integer, parent_relids[k], parent_attnums[(k - 1) * nkeys + 1 : k * nkeys]
+      FROM generate_subscripts(parent_relids, 1) AS k
+     ORDER BY k
+$fn$;
+
 CREATE OR REPLACE FUNCTION ttl._validate_orphan_policy() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -54,6 +68,7 @@ AS $fn$
 DECLARE
     tbl regclass := NEW.relid::regclass;
     parent regclass;
+    pk record;
     i integer;
     child_type oid;
     parent_type oid;
@@ -63,47 +78,55 @@ BEGIN
         RAISE EXCEPTION 'the table of an orphan policy cannot be changed' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM ttl._check_table(tbl);
-    IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = NEW.parent_relid AND relkind IN ('r', 'p')) THEN
-        RAISE EXCEPTION 'table %: the parent of "ttl_orphan_of" (oid %) is not a table', tbl, NEW.parent_relid
-            USING ERRCODE = 'wrong_object_type';
+    IF coalesce(cardinality(NEW.parent_relids), 0) = 0 THEN
+        RAISE EXCEPTION 'table %: "ttl_orphan_of" must name the parent table', tbl
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    parent := NEW.parent_relid::regclass;
-    IF cardinality(NEW.key_attnums) IS DISTINCT FROM cardinality(NEW.parent_attnums) THEN
-        RAISE EXCEPTION 'table %: "ttl_orphan_key" has % columns and the parent key of "ttl_orphan_of" %', tbl,
-            cardinality(NEW.key_attnums), cardinality(NEW.parent_attnums) USING ERRCODE = 'invalid_parameter_value';
+    IF cardinality(NEW.parent_attnums) IS DISTINCT FROM cardinality(NEW.parent_relids) * cardinality(NEW.key_attnums)
+    THEN
+        RAISE EXCEPTION 'table %: "ttl_orphan_key" has % columns, but the parent keys of "ttl_orphan_of" do not',
+            tbl, cardinality(NEW.key_attnums) USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Each parent''s key has as many columns as the child''s, in the same order.';
     END IF;
-    FOR i IN 1 .. cardinality(NEW.key_attnums) LOOP
-        SELECT atttypid INTO child_type FROM pg_attribute
-         WHERE attrelid = NEW.relid AND attnum = NEW.key_attnums[i] AND NOT attisdropped;
-        SELECT atttypid INTO parent_type FROM pg_attribute
-         WHERE attrelid = NEW.parent_relid AND attnum = NEW.parent_attnums[i] AND NOT attisdropped;
-        IF child_type IS NULL OR parent_type IS NULL THEN
-            RAISE EXCEPTION 'table %: a key column of the orphan policy no longer exists', tbl
-                USING ERRCODE = 'undefined_column';
+    FOR pk IN SELECT * FROM ttl._orphan_parents(NEW.parent_relids, NEW.parent_attnums, cardinality(NEW.key_attnums))
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = pk.parent AND relkind IN ('r', 'p')) THEN
+            RAISE EXCEPTION 'table %: the parent of "ttl_orphan_of" (oid %) is not a table', tbl, pk.parent
+                USING ERRCODE = 'wrong_object_type';
         END IF;
-        IF child_type <> parent_type THEN
-            RAISE EXCEPTION 'table %: key column "%" is %, but "%" of % is %', tbl,
-                ttl._attname(NEW.relid, NEW.key_attnums[i]), child_type::regtype,
-                ttl._attname(NEW.parent_relid, NEW.parent_attnums[i]), parent, parent_type::regtype
-                USING ERRCODE = 'datatype_mismatch',
-                      HINT = 'The child''s key and the parent''s must have the same types, column for column.';
+        parent := pk.parent::regclass;
+        FOR i IN 1 .. cardinality(NEW.key_attnums) LOOP
+            SELECT atttypid INTO child_type FROM pg_attribute
+             WHERE attrelid = NEW.relid AND attnum = NEW.key_attnums[i] AND NOT attisdropped;
+            SELECT atttypid INTO parent_type FROM pg_attribute
+             WHERE attrelid = pk.parent AND attnum = pk.attnums[i] AND NOT attisdropped;
+            IF child_type IS NULL OR parent_type IS NULL THEN
+                RAISE EXCEPTION 'table %: a key column of the orphan policy no longer exists', tbl
+                    USING ERRCODE = 'undefined_column';
+            END IF;
+            IF child_type <> parent_type THEN
+                RAISE EXCEPTION 'table %: key column "%" is %, but "%" of % is %', tbl,
+                    ttl._attname(NEW.relid, NEW.key_attnums[i]), child_type::regtype,
+                    ttl._attname(pk.parent, pk.attnums[i]), parent, parent_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          HINT = 'The child''s key and the parent''s must have the same types, column for column.';
+            END IF;
+        END LOOP;
+        IF ttl._orphan_index(pk.parent, pk.attnums) IS NULL THEN
+            RAISE EXCEPTION 'table % has no unique index on (%): looking up a parent would read the whole table',
+                parent, (SELECT string_agg(quote_ident(ttl._attname(pk.parent, a)), ', ') FROM unnest(pk.attnums) AS a)
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = format('Create one: CREATE UNIQUE INDEX ON %s (%s);', parent,
+                                    (SELECT string_agg(quote_ident(ttl._attname(pk.parent, a)), ', ')
+                                       FROM unnest(pk.attnums) AS a));
+        END IF;
+        IF NOT has_table_privilege((SELECT relowner FROM pg_class WHERE oid = NEW.relid), pk.parent, 'SELECT') THEN
+            RAISE EXCEPTION 'the owner of table % cannot read table %: the orphan check runs as that owner', tbl, parent
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = format('GRANT SELECT ON %s TO %s;', parent,
+                                    (SELECT relowner::regrole FROM pg_class WHERE oid = NEW.relid));
         END IF;
     END LOOP;
-    IF ttl._orphan_index(NEW.parent_relid, NEW.parent_attnums) IS NULL THEN
-        RAISE EXCEPTION 'table % has no unique index on (%): looking up a parent would read the whole table',
-            parent, (SELECT string_agg(quote_ident(ttl._attname(NEW.parent_relid, a)), ', ')
-                       FROM unnest(NEW.parent_attnums) AS a)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = format('Create one: CREATE UNIQUE INDEX ON %s (%s);', parent,
-                                (SELECT string_agg(quote_ident(ttl._attname(NEW.parent_relid, a)), ', ')
-                                   FROM unnest(NEW.parent_attnums) AS a));
-    END IF;
-    IF NOT has_table_privilege((SELECT relowner FROM pg_class WHERE oid = NEW.relid), NEW.parent_relid, 'SELECT') THEN
-        RAISE EXCEPTION 'the owner of table % cannot read table %: the orphan check runs as that owner', tbl, parent
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = format('GRANT SELECT ON %s TO %s;', parent,
-                                (SELECT relowner::regrole FROM pg_class WHERE oid = NEW.relid));
-    END IF;
 
     IF NEW.min_age IS NULL OR NEW.min_age < interval '0' THEN
         RAISE EXCEPTION 'table %: value of "ttl_orphan_min_age" must not be negative, got %', tbl,
@@ -138,20 +161,23 @@ DROP TRIGGER IF EXISTS validate ON ttl.orphan_policy;
 CREATE TRIGGER validate BEFORE INSERT OR UPDATE ON ttl.orphan_policy
     FOR EACH ROW EXECUTE FUNCTION ttl._validate_orphan_policy();
 
--- Delete `tbl`'s orphans: rows whose `key` has no row in `parent` (by
--- `parent_key`, same order; default: the same names), older than `min_age` by
+-- Delete `tbl`'s orphans: rows whose `key` has no row in `parent` (or in any
+-- of `parents`, several parent tables: '{metadata, archive}'), by `parent_key`,
+-- same order (NULL: the same names as `key`; one list, the same for every
+-- parent; or one row per parent, '{{id}, {hash}}'), older than `min_age` by
 -- `age_column`. Enabling again changes the policy.
 CREATE OR REPLACE FUNCTION ttl.enable_orphans(
     tbl regclass,
     key text[],
-    parent regclass,
+    parent regclass DEFAULT NULL,
     parent_key text[] DEFAULT NULL,
     min_age interval DEFAULT '1 hour',
     age_column name DEFAULT NULL,
     age_unit text DEFAULT NULL,
     job_cron text DEFAULT NULL,
     range_bytes bigint DEFAULT 67108864,
-    delete_batch_size integer DEFAULT 1000
+    delete_batch_size integer DEFAULT 1000,
+    parents regclass[] DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -159,11 +185,23 @@ AS $fn$
 DECLARE
     e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     o ttl.orphan_policy;
+    all_parents regclass[];
+    k integer;
+    cols text[];
 BEGIN
     PERFORM ttl._check_table(tbl);
-    IF parent IS NULL THEN
+    IF parent IS NOT NULL AND parents IS NOT NULL THEN
+        RAISE EXCEPTION 'table %: give the parent table (parent) or the parent tables (parents), not both', tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    all_parents := coalesce(parents, ARRAY[parent]);
+    IF coalesce(cardinality(all_parents), 0) = 0 OR array_position(all_parents, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'table %: "ttl_orphan_of" must name the parent table', tbl
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF array_ndims(parent_key) = 2 AND array_length(parent_key, 1) <> cardinality(all_parents) THEN
+        RAISE EXCEPTION 'table %: % parent tables but % lists of parent key columns', tbl, cardinality(all_parents),
+            array_length(parent_key, 1) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF age_column IS NULL THEN
         RAISE EXCEPTION 'table %: "ttl_orphan_age_column" must be set', tbl
@@ -172,8 +210,19 @@ BEGIN
     END IF;
     o.relid := tbl;
     o.key_attnums := ttl._attnums(tbl, key, 'orphan_key');
-    o.parent_relid := parent;
-    o.parent_attnums := ttl._attnums(parent, coalesce(parent_key, key), 'orphan_of');
+    o.parent_relids := all_parents::oid[];
+    o.parent_attnums := '{}';
+    FOR k IN 1 .. cardinality(all_parents) LOOP
+        cols := CASE WHEN parent_key IS NULL THEN key
+                     WHEN array_ndims(parent_key) = 2 THEN ARRAY(SELECT unnest(parent_key[k:k][:]))
+                     ELSE parent_key END;
+        IF cardinality(cols) <> cardinality(key) THEN
+            RAISE EXCEPTION 'table %: "ttl_orphan_key" has % columns, but the key of parent % has %', tbl,
+                cardinality(key), all_parents[k], cardinality(cols) USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Each parent''s key has as many columns as the child''s, in the same order.';
+        END IF;
+        o.parent_attnums := o.parent_attnums || ttl._attnums(all_parents[k], cols, 'orphan_of');
+    END LOOP;
     o.min_age := min_age;
     o.age_attnum := ttl._attnum(tbl, age_column, 'orphan_age_column');
     o.age_unit := age_unit;
@@ -184,9 +233,9 @@ BEGIN
     o.updated_at := now();
     INSERT INTO ttl.orphan_policy SELECT o.*
     ON CONFLICT (relid) DO UPDATE
-       SET (key_attnums, parent_relid, parent_attnums, min_age, age_attnum, age_unit, job_cron, range_bytes,
+       SET (key_attnums, parent_relids, parent_attnums, min_age, age_attnum, age_unit, job_cron, range_bytes,
             delete_batch_size)
-         = (EXCLUDED.key_attnums, EXCLUDED.parent_relid, EXCLUDED.parent_attnums, EXCLUDED.min_age,
+         = (EXCLUDED.key_attnums, EXCLUDED.parent_relids, EXCLUDED.parent_attnums, EXCLUDED.min_age,
             EXCLUDED.age_attnum, EXCLUDED.age_unit, EXCLUDED.job_cron, EXCLUDED.range_bytes,
             EXCLUDED.delete_batch_size);
     PERFORM pg_notify('pg_ttl', tbl::text);
@@ -228,8 +277,9 @@ END
 $fn$;
 
 -- The orphans of `tbl` for a run started at `cutoff`, as SQL over the child's
--- columns: no parent row through the parent's unique index (compared with
--- that index's own equality operators), and older than min_age. The parent's
+-- columns: no row in any of its parents, each looked up through its unique
+-- index (compared with that index's own equality operators), and older than
+-- min_age. The parent's
 -- columns are renamed inside the lookup, so that the child's column names,
 -- written unqualified, cannot resolve to the parent's. Raises when the policy
 -- cannot be checked safely (parent or index gone).
@@ -239,6 +289,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     o ttl.orphan_policy;
+    pk record;
+    lookups text;
     idx oid;
     aliases text;
     conds text;
@@ -254,40 +306,49 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % has no orphan policy', tbl::regclass USING ERRCODE = 'undefined_object';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = o.parent_relid) THEN
-        RAISE EXCEPTION 'the parent table of % (oid %) no longer exists', tbl::regclass, o.parent_relid
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    idx := ttl._orphan_index(o.parent_relid, o.parent_attnums);
-    IF idx IS NULL THEN
-        RAISE EXCEPTION 'table % has no valid unique index on the key of the orphan policy of %: nothing is deleted',
-            o.parent_relid::regclass, tbl::regclass USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    -- Every live column of the parent renamed by position: "ttl parent 1", ...
-    SELECT string_agg(format('%I', 'ttl parent ' || n), ', ' ORDER BY n) INTO aliases
-      FROM (SELECT row_number() OVER (ORDER BY attnum) AS n FROM pg_attribute
-             WHERE attrelid = o.parent_relid AND attnum > 0 AND NOT attisdropped) AS cols;
-    SELECT string_agg(format('p.%I OPERATOR(%I.%s) %I',
-                             'ttl parent ' || (SELECT count(*) FROM pg_attribute x
-                                                WHERE x.attrelid = o.parent_relid AND x.attnum > 0
-                                                  AND NOT x.attisdropped AND x.attnum <= k.pa),
-                             opn.nspname, op.oprname, ttl._attname(o.relid, k.ca)), ' AND ' ORDER BY k.n),
-           count(*)
-      INTO conds, nconds
-      FROM unnest(o.key_attnums, o.parent_attnums) WITH ORDINALITY AS k(ca, pa, n)
-      JOIN pg_index i ON i.indexrelid = idx
-      JOIN LATERAL (SELECT u.pos FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS u(att, pos)
-                     WHERE u.att = k.pa) AS ip ON true
-      JOIN pg_opclass oc ON oc.oid = (i.indclass::oid[])[ip.pos - 1 + array_lower(i.indclass::oid[], 1)]
-      JOIN pg_attribute pa ON pa.attrelid = o.parent_relid AND pa.attnum = k.pa
-      JOIN pg_amop am ON am.amopfamily = oc.opcfamily AND am.amoplefttype = pa.atttypid
-                     AND am.amoprighttype = pa.atttypid AND am.amopstrategy = 3
-      JOIN pg_operator op ON op.oid = am.amopopr
-      JOIN pg_namespace opn ON opn.oid = op.oprnamespace;
-    IF nconds <> cardinality(o.key_attnums) THEN
-        RAISE EXCEPTION 'the key of the orphan policy of % has no equality operator in the parent''s index', tbl::regclass
-            USING ERRCODE = 'undefined_object';
-    END IF;
+    -- OFFSET 0 keeps each lookup a probe per child row: pulled up into an anti-join, the
+    -- planner may hash the whole parent for every range.
+    lookups := '';
+    FOR pk IN SELECT * FROM ttl._orphan_parents(o.parent_relids, o.parent_attnums, cardinality(o.key_attnums)) LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = pk.parent) THEN
+            RAISE EXCEPTION 'the parent table of % (oid %) no longer exists', tbl::regclass, pk.parent
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        idx := ttl._orphan_index(pk.parent, pk.attnums);
+        IF idx IS NULL THEN
+            RAISE EXCEPTION 'table % has no valid unique index on the key of the orphan policy of %: nothing is deleted',
+                pk.parent::regclass, tbl::regclass USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        -- Every live column of the parent renamed by position: "ttl parent 1", ...
+        SELECT string_agg(format('%I', 'ttl parent ' || n), ', ' ORDER BY n) INTO aliases
+          FROM (SELECT row_number() OVER (ORDER BY attnum) AS n FROM pg_attribute
+                 WHERE attrelid = pk.parent AND attnum > 0 AND NOT attisdropped) AS cols;
+        SELECT string_agg(format('p.%I OPERATOR(%I.%s) %I',
+                                 'ttl parent ' || (SELECT count(*) FROM pg_attribute x
+                                                    WHERE x.attrelid = pk.parent AND x.attnum > 0
+                                                      AND NOT x.attisdropped AND x.attnum <= k.pa),
+                                 opn.nspname, op.oprname, ttl._attname(o.relid, k.ca)), ' AND ' ORDER BY k.n),
+               count(*)
+          INTO conds, nconds
+          FROM unnest(o.key_attnums, pk.attnums) WITH ORDINALITY AS k(ca, pa, n)
+          JOIN pg_index i ON i.indexrelid = idx
+          JOIN LATERAL (SELECT u.pos FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS u(att, pos)
+                         WHERE u.att = k.pa) AS ip ON true
+          JOIN pg_opclass oc ON oc.oid = (i.indclass::oid[])[ip.pos - 1 + array_lower(i.indclass::oid[], 1)]
+          JOIN pg_attribute pa ON pa.attrelid = pk.parent AND pa.attnum = k.pa
+          JOIN pg_amop am ON am.amopfamily = oc.opcfamily AND am.amoplefttype = pa.atttypid
+                         AND am.amoprighttype = pa.atttypid AND am.amopstrategy = 3
+          JOIN pg_operator op ON op.oid = am.amopopr
+          JOIN pg_namespace opn ON opn.oid = op.oprnamespace;
+        IF nconds <> cardinality(o.key_attnums) THEN
+            RAISE EXCEPTION 'the key of the orphan policy of % has no equality operator in the index of %',
+                tbl::regclass, pk.parent::regclass USING ERRCODE = 'undefined_object';
+        END IF;
+        -- an orphan when none of the parents has its key
+        lookups := lookups || format('NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND ',
+            (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
+            (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
+    END LOOP;
     age_typ := (SELECT atttypid FROM pg_attribute WHERE attrelid = o.relid AND attnum = o.age_attnum)::regtype;
     age_term := format('%I', ttl._attname(o.relid, o.age_attnum));
     -- A row dated D may have been written until the end of D: its age counts from D + 1.
@@ -308,12 +369,7 @@ BEGIN
             age_sql := format('%s AND %s', age_bound, age_sql);
         END IF;
     END IF;
-    -- OFFSET 0 keeps the lookup a probe per child row: pulled up into an anti-join, the
-    -- planner may hash the whole parent for every range.
-    RETURN format('(NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND %s)',
-                  (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = o.parent_relid),
-                  (SELECT c.relname FROM pg_class c WHERE c.oid = o.parent_relid),
-                  aliases, conds, age_sql);
+    RETURN format('(%s%s)', lookups, age_sql);
 END
 $fn$;
 
@@ -325,9 +381,11 @@ AS $fn$
     SELECT v.option, v.value
       FROM ttl.orphan_policy o,
            LATERAL (VALUES
-               ('ttl_orphan_of', format('%s(%s)', o.parent_relid::regclass,
-                   (SELECT string_agg(quote_ident(ttl._attname(o.parent_relid, a)), ', ' ORDER BY n)
-                      FROM unnest(o.parent_attnums) WITH ORDINALITY AS u(a, n)))),
+               ('ttl_orphan_of', (SELECT string_agg(format('%s(%s)', pk.parent::regclass,
+                                            (SELECT string_agg(quote_ident(ttl._attname(pk.parent, a)), ', ' ORDER BY n)
+                                               FROM unnest(pk.attnums) WITH ORDINALITY AS u(a, n))), ', ' ORDER BY pk.n)
+                                    FROM ttl._orphan_parents(o.parent_relids, o.parent_attnums,
+                                                             cardinality(o.key_attnums)) pk)),
                ('ttl_orphan_key', (SELECT string_agg(quote_ident(ttl._attname(o.relid, a)), ', ' ORDER BY n)
                                      FROM unnest(o.key_attnums) WITH ORDINALITY AS u(a, n))),
                ('ttl_orphan_min_age', o.min_age::text),
@@ -339,11 +397,59 @@ AS $fn$
      WHERE o.relid = tbl
 $fn$;
 
+-- The parents of "ttl_orphan_of" ('metadata(hash)', 'a(x), b(y)', 'a, b'): one
+-- (table, key columns or NULL) per comma outside double quotes and parentheses.
+CREATE OR REPLACE FUNCTION ttl._parse_orphan_of(spec text, OUT tables text[], OUT columns text[])
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    items text[] := '{}';
+    item text := '';
+    ch text;
+    quoted boolean := false;
+    depth integer := 0;
+    m text[];
+BEGIN
+    tables := '{}';
+    columns := '{}';
+    FOREACH ch IN ARRAY regexp_split_to_array(coalesce(spec, ''), '') LOOP
+        IF ch = '"' THEN
+            quoted := NOT quoted;
+        ELSIF NOT quoted AND ch = '(' THEN
+            depth := depth + 1;
+        ELSIF NOT quoted AND ch = ')' THEN
+            depth := depth - 1;
+        END IF;
+        IF ch = ',' AND NOT quoted AND depth = 0 THEN
+            items := items || item;
+            item := '';
+        ELSE
+            item := item || ch;
+        END IF;
+        IF depth < 0 OR depth > 1 THEN
+            EXIT;
+        END IF;
+    END LOOP;
+    items := items || item;
+    FOREACH item IN ARRAY items LOOP
+        m := regexp_match(item, '^\s*([^()]*?)\s*(?:\(\s*([^()]*?)\s*\))?\s*$');
+        IF quoted OR depth <> 0 OR m IS NULL OR m[1] = '' THEN
+            RAISE EXCEPTION 'value of "ttl_orphan_of" must name the parent tables, e.g. ''metadata(hash)'' or ''a(x), b(y)'', got "%"',
+                coalesce(spec, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        tables := tables || m[1];
+        columns := columns || m[2];
+    END LOOP;
+END
+$fn$;
+
 -- TTL DDL's spelling (ALTER TABLE data SET (ttl_orphan_of = 'metadata(hash)',
 -- ttl_orphan_key = 'hash', ttl_orphan_min_age = '1 hour',
 -- ttl_orphan_age_column = 'created_at')): options as text, merged into the
--- table's orphan policy; NULL resets one. The parent key defaults to the
--- child's key names; an unqualified parent is looked up in the child's schema.
+-- table's orphan policy; NULL resets one. Several parents: ttl_orphan_of =
+-- 'a(x), b(y)'. A parent's key defaults to the child's key names; an
+-- unqualified parent is looked up in the child's schema.
 CREATE OR REPLACE FUNCTION ttl.set_orphan_options(tbl regclass, options jsonb) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -353,8 +459,12 @@ DECLARE
     cur ttl.orphan_policy;
     kv record;
     v text;
-    parent_text text;
-    parent_cols text[];
+    parents text[];  -- the parent tables, as written
+    parent_cols text[];  -- each parent's key columns, comma-separated; NULL: the key's names
+    parent_keys text[];
+    parsed record;
+    cols text[];
+    k integer;
     key_cols text[];
     min_age interval;
     age_column name;
@@ -362,7 +472,6 @@ DECLARE
     job_cron text;
     range_bytes bigint;
     dbs integer;
-    m text[];
 BEGIN
     PERFORM ttl._check_table(tbl);
     IF jsonb_typeof(options) IS DISTINCT FROM 'object' THEN
@@ -370,10 +479,12 @@ BEGIN
     END IF;
     SELECT * INTO cur FROM ttl.orphan_policy WHERE relid = tbl;
     IF FOUND THEN
-        parent_text := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                                         WHERE c.oid = cur.parent_relid),
-                              (SELECT relname FROM pg_class WHERE oid = cur.parent_relid));
-        parent_cols := ARRAY(SELECT ttl._attname(cur.parent_relid, a) FROM unnest(cur.parent_attnums) AS a);
+        SELECT array_agg(format('%I.%I', n.nspname, c.relname) ORDER BY pk.n),
+               array_agg((SELECT string_agg(quote_ident(ttl._attname(pk.parent, a)), ',') FROM unnest(pk.attnums) a)
+                         ORDER BY pk.n)
+          INTO parents, parent_cols
+          FROM ttl._orphan_parents(cur.parent_relids, cur.parent_attnums, cardinality(cur.key_attnums)) pk
+          JOIN pg_class c ON c.oid = pk.parent JOIN pg_namespace n ON n.oid = c.relnamespace;
         key_cols := ARRAY(SELECT ttl._attname(cur.relid, a) FROM unnest(cur.key_attnums) AS a);
         min_age := cur.min_age;
         age_column := ttl._attname(cur.relid, cur.age_attnum);
@@ -386,15 +497,9 @@ BEGIN
         v := CASE WHEN jsonb_typeof(kv.value) = 'null' THEN NULL ELSE kv.value #>> '{}' END;
         CASE ttl._option_key(kv.key)
             WHEN 'orphan_of' THEN
-                m := regexp_match(coalesce(v, ''), '^\s*(.*?)\s*(?:\(\s*(.*?)\s*\))?\s*$');
-                IF v IS NULL OR m[1] = '' THEN
-                    RAISE EXCEPTION 'value of "ttl_orphan_of" must name the parent table, e.g. ''metadata(hash)'', got "%"',
-                        coalesce(v, 'NULL') USING ERRCODE = 'invalid_parameter_value';
-                END IF;
-                parent_text := m[1];
-                parent_cols := CASE WHEN m[2] IS NULL THEN NULL
-                                    ELSE ARRAY(SELECT (parse_ident(btrim(c)))[1] FROM unnest(string_to_array(m[2], ',')) AS c)
-                               END;
+                parsed := ttl._parse_orphan_of(v);
+                parents := parsed.tables;
+                parent_cols := parsed.columns;
             WHEN 'orphan_key' THEN
                 key_cols := ARRAY(SELECT (parse_ident(btrim(c)))[1] FROM unnest(string_to_array(v, ',')) AS c);
             WHEN 'orphan_min_age' THEN min_age := coalesce(ttl._to_interval('orphan_min_age', v), interval '1 hour');
@@ -409,17 +514,33 @@ BEGIN
                           HINT = 'Accepted: ttl_orphan_of, ttl_orphan_key, ttl_orphan_min_age, ttl_orphan_age_column, ttl_orphan_age_unit, ttl_orphan_job_cron, ttl_orphan_range_bytes, ttl_orphan_delete_batch_size.';
         END CASE;
     END LOOP;
-    IF parent_text IS NULL THEN
+    IF parents IS NULL THEN
         RAISE EXCEPTION 'table %: "ttl_orphan_of" must name the parent table', tbl USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- An unqualified parent is the child's schema's (this function's search_path is pinned).
-    IF cardinality(parse_ident(parent_text)) = 1 THEN
-        parent_text := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                                          WHERE c.oid = tbl), (parse_ident(parent_text))[1]);
-    END IF;
-    PERFORM ttl.enable_orphans(tbl, key_cols, parent_text::regclass, coalesce(parent_cols, key_cols),
-                               coalesce(min_age, interval '1 hour'), age_column, age_unit, job_cron,
-                               range_bytes, dbs);
+    parent_keys := '{}';
+    FOR k IN 1 .. cardinality(parents) LOOP
+        -- An unqualified parent is the child's schema's (this function's search_path is pinned).
+        IF cardinality(parse_ident(parents[k])) = 1 THEN
+            parents[k] := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                            WHERE c.oid = tbl), (parse_ident(parents[k]))[1]);
+        END IF;
+        cols := CASE WHEN parent_cols[k] IS NULL THEN key_cols
+                     ELSE ARRAY(SELECT (parse_ident(btrim(c)))[1] FROM unnest(string_to_array(parent_cols[k], ',')) AS c)
+                END;
+        IF key_cols IS NULL THEN
+            parent_keys := NULL;  -- refused below: the key must be named
+            CONTINUE;
+        END IF;
+        IF cardinality(cols) <> cardinality(key_cols) THEN
+            RAISE EXCEPTION 'table %: "ttl_orphan_key" has % columns, but the key of parent % in "ttl_orphan_of" has %',
+                tbl, cardinality(key_cols), parents[k], cardinality(cols)
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Each parent''s key has as many columns as the child''s, in the same order.';
+        END IF;
+        parent_keys := parent_keys || ARRAY[cols];
+    END LOOP;
+    PERFORM ttl.enable_orphans(tbl, key_cols, NULL, parent_keys, coalesce(min_age, interval '1 hour'), age_column,
+                               age_unit, job_cron, range_bytes, dbs, ARRAY(SELECT t::regclass FROM unnest(parents) t));
 EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
     GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
                             e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;

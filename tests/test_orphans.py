@@ -125,6 +125,58 @@ def test_min_age_is_exact_in_every_age_column_type(conn: Conn, dsn: str, typ: st
     assert conn.execute("SELECT hash FROM aged").fetchall() == [("younger",)]
 
 
+def test_a_child_with_several_parents_is_an_orphan_when_none_has_its_key(conn: Conn, dsn: str, cli: Any) -> None:
+    from pg_ttl.ddl.apply import apply
+    from pg_ttl.ddl.dump import dump
+
+    conn.execute("CREATE TABLE archive (h text PRIMARY KEY)")
+    conn.execute("INSERT INTO metadata (hash) VALUES ('m'), ('both')")
+    conn.execute("INSERT INTO archive VALUES ('a'), ('both')")
+    conn.execute("INSERT INTO data (hash, created_at) SELECT k, now() - interval '1 day'"
+                 " FROM unnest('{m, a, both, none}'::text[]) k")
+    conn.execute("SELECT ttl.enable_orphans('data', '{hash}', parents => '{metadata, archive}',"
+                 " parent_key => '{{hash}, {h}}', age_column => 'created_at')")
+    described = dict(conn.execute("SELECT option, value FROM ttl.describe('data')").fetchall())
+    assert described["ttl_orphan_of"] == "public.metadata(hash), public.archive(h)"
+    # the anti-join: one probe of each parent's unique index, no scan of either
+    row = conn.execute("SELECT ttl.orphans_sql('data'::regclass, now())").fetchone()
+    assert row is not None
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN SELECT 1 FROM data WHERE " + row[0]).fetchall())
+    assert "metadata_pkey" in plan and "archive_pkey" in plan and "Seq Scan on metadata" not in plan, plan
+    assert "Seq Scan on archive" not in plan, plan
+    [res] = expire(dsn, ["data"])
+    assert res.status == "ok" and res.orphans_deleted == 1
+    assert sorted(r[0] for r in conn.execute("SELECT hash FROM data")) == ["a", "both", "m"]
+
+    # TTL DDL spells it 'a(x), b(y)'; the dump gives it back
+    text = dump(conn)
+    assert "ttl_orphan_of = 'public.metadata(hash), public.archive(h)'" in text
+    apply(conn, "ALTER TABLE data RESET (ttl_orphan_of);", "reset.sql")
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+    apply(conn, text, "dump.sql")
+    assert conn.execute("SELECT parent_relids::regclass[]::text, parent_attnums FROM ttl.orphan_policy"
+                        ).fetchone() == ("{metadata,archive}", [1, 1])
+    apply(conn, "ALTER TABLE data SET (ttl_orphan_of = 'archive(h), metadata');", "two.sql")
+    assert conn.execute("SELECT parent_relids::regclass[]::text FROM ttl.orphan_policy").fetchone() == (
+        "{archive,metadata}",)
+
+    # the command line: --parent once per parent
+    res2 = cli("orphans", "set", "data", "--key", "hash", "--parent", "metadata", "--parent", "archive",
+               "--parent-key", "hash", "--parent-key", "h", "--age-column", "created_at", "--dsn", dsn)
+    assert res2.returncode == 0, res2.stderr
+    assert "children of metadata, archive" in res2.stdout
+    bad = cli("orphans", "set", "data", "--key", "hash", "--parent", "metadata", "--parent", "archive",
+              "--parent-key", "hash", "--parent-key", "h", "--parent-key", "x", "--age-column", "created_at",
+              "--dsn", dsn)
+    assert bad.returncode == 2 and "2 --parent but 3 --parent-key" in bad.stderr
+
+    # a column of the second parent's key cannot go; dropping that parent takes the policy
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist, match=r"orphan policy of public\.data"):
+        conn.execute("ALTER TABLE archive DROP COLUMN h")
+    conn.execute("DROP TABLE archive")
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+
+
 def test_children_follow_their_parents_in_the_same_pass(conn: Conn, dsn: str) -> None:
     conn.execute("INSERT INTO metadata (hash, created_at) VALUES ('old', now() - interval '60 days'),"
                  " ('new', now())")
@@ -163,8 +215,38 @@ BAD = [
 ]
 
 
+# Several parents: the same rules for each of them, and the lists must match.
+SECOND_PARENT = "CREATE TABLE archive (h text, n int, at timestamptz)"
+BAD_PARENTS = [
+    ("SELECT ttl.enable_orphans('data', '{hash}', parents => '{metadata, nope}', age_column => 'created_at')",
+     ['relation "nope" does not exist']),
+    ("SELECT ttl.enable_orphans('data', '{hash}', parents => '{metadata, archive}', parent_key => '{{hash}, {h}}',"
+     " age_column => 'created_at')",
+     ["table public.archive has no unique index on (h)", "CREATE UNIQUE INDEX ON public.archive (h)"]),
+    ("SELECT ttl.enable_orphans('data', '{hash}', parents => '{metadata, archive}', parent_key => '{{hash}, {n}}',"
+     " age_column => 'created_at')", ['key column "hash" is text, but "n" of public.archive is integer']),
+    ("SELECT ttl.enable_orphans('data', '{hash}', parents => '{metadata, archive}', parent_key => '{{hash}}',"
+     " age_column => 'created_at')", ["2 parent tables but 1 lists of parent key columns"]),
+    ("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', parents => '{archive}', age_column => 'created_at')",
+     ["give the parent table (parent) or the parent tables (parents), not both"]),
+    ("SELECT ttl.enable_orphans('data', '{hash}', parents => '{}', age_column => 'created_at')",
+     ['"ttl_orphan_of" must name the parent table']),
+    ("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_of": "metadata(hash), archive(h, n)",
+        "ttl_orphan_key": "hash", "ttl_orphan_age_column": "created_at"}')""",
+     ['"ttl_orphan_key" has 1 columns, but the key of parent public.archive in "ttl_orphan_of" has 2']),
+    ("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_of": "metadata(hash), ",
+        "ttl_orphan_key": "hash", "ttl_orphan_age_column": "created_at"}')""",
+     ['value of "ttl_orphan_of" must name the parent tables', "'a(x), b(y)'"]),
+    ("""SELECT ttl.set_orphan_options('data', '{"ttl_orphan_of": "metadata(hash, archive(h)",
+        "ttl_orphan_key": "hash", "ttl_orphan_age_column": "created_at"}')""",
+     ['value of "ttl_orphan_of" must name the parent tables']),
+]
+BAD += BAD_PARENTS
+
+
 @pytest.mark.parametrize(("call", "expected"), BAD, ids=[str(i) for i in range(len(BAD))])
 def test_bad_input_is_refused_and_changes_nothing(conn: Conn, call: str, expected: list[str]) -> None:
+    conn.execute(SECOND_PARENT)
     before = catalog_state(conn)
     with pytest.raises(psycopg.Error) as info:
         conn.execute(call)
@@ -580,7 +662,7 @@ def test_ttl_ddl_sets_dumps_and_resets_an_orphan_policy(conn: Conn) -> None:
                    ALTER TABLE metadata SET (ttl_expire_after = '30 days', ttl_column = 'created_at',
                                             ttl_orphan_of = 'metadata', ttl_orphan_key = 'hash',
                                             ttl_orphan_age_column = 'created_at');""", "orphans.sql")
-    before = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relid::regclass::text,"
+    before = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relids::regclass[]::text,"
                                  " parent_attnums, min_age, age_attnum, delete_batch_size FROM ttl.orphan_policy"
                                  ).fetchall())
     assert len(before) == 3
@@ -593,7 +675,7 @@ def test_ttl_ddl_sets_dumps_and_resets_an_orphan_policy(conn: Conn) -> None:
     assert conn.execute("SELECT count(*) FROM ttl.policy").fetchone() == (1,)  # metadata's own TTL stays
     apply(conn, "ALTER TABLE metadata RESET (ttl);", "reset2.sql")
     apply(conn, text, "dump.sql")  # the dump recreates all three
-    after = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relid::regclass::text,"
+    after = sorted(conn.execute("SELECT relid::regclass::text, key_attnums, parent_relids::regclass[]::text,"
                                 " parent_attnums, min_age, age_attnum, delete_batch_size FROM ttl.orphan_policy"
                                 ).fetchall())
     assert after == before

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from pg_ttl.cli.common import add_dsn, connect, console, require_installed
+from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
 
 EXAMPLES = """\
 examples:
   pg-ttl orphans set data --key hash --parent metadata --age-column created_at --min-age '1 hour'
   pg-ttl orphans set items --key owner_id,region --parent owners --parent-key id,region --age-column created_at
+  pg-ttl orphans set blobs --key hash --parent metadata --parent archive --age-column created_at
   pg-ttl orphans reset data
   pg-ttl describe data                    # the ttl_orphan_* rows
   pg-ttl plan data                        # how many orphans a run would delete, per partition
@@ -31,8 +32,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("table", help="the child table")
     s.add_argument("--key", required=True, help="the child's key columns, comma-separated")
-    s.add_argument("--parent", required=True, help="the parent table")
-    s.add_argument("--parent-key", help="the parent's key columns (default: the same names as --key)")
+    s.add_argument("--parent", required=True, action="append",
+                   help="the parent table; given several times, a child is an orphan when none of them has its key")
+    s.add_argument("--parent-key", action="append",
+                   help="the parent's key columns (default: the same names as --key); once for every parent, "
+                        "or once per --parent, in the same order")
     s.add_argument("--age-column", required=True,
                    help="when the child row was written (date, timestamp, timestamptz or Unix time)")
     s.add_argument("--age-unit", help="seconds, milliseconds, microseconds or nanoseconds, for a numeric age column")
@@ -54,16 +58,20 @@ def _columns(text: str) -> list[str]:
 
 
 def cmd_set(args: argparse.Namespace) -> int:
+    keys = [_columns(k) for k in args.parent_key or []]
+    if len(keys) > 1 and len(keys) != len(args.parent):
+        raise CliError(f"{len(args.parent)} --parent but {len(keys)} --parent-key: give --parent-key once "
+                       "(every parent) or once per --parent", exit_code=2)
     with connect(args) as conn:
         require_installed(conn)
         conn.execute(
-            "SELECT ttl.enable_orphans(%(t)s, %(key)s, %(parent)s, %(pkey)s, %(min_age)s::interval, %(age)s,"
-            " %(unit)s, %(cron)s, %(rb)s, %(dbs)s)",
-            {"t": args.table, "key": _columns(args.key), "parent": args.parent,
-             "pkey": _columns(args.parent_key) if args.parent_key else None, "min_age": args.min_age,
+            "SELECT ttl.enable_orphans(%(t)s, %(key)s, NULL, %(pkey)s, %(min_age)s::interval, %(age)s,"
+            " %(unit)s, %(cron)s, %(rb)s, %(dbs)s, %(parents)s::text[]::regclass[])",
+            {"t": args.table, "key": _columns(args.key), "parents": args.parent,
+             "pkey": (keys if len(keys) > 1 else keys[0]) if keys else None, "min_age": args.min_age,
              "age": args.age_column, "unit": args.age_unit, "cron": args.cron, "rb": args.range_bytes,
              "dbs": args.delete_batch_size})
-    console.print(f"orphan policy of {args.table} set: children of {args.parent} older than {args.min_age}")
+    console.print(f"orphan policy of {args.table} set: children of {', '.join(args.parent)} older than {args.min_age}")
     return 0
 
 

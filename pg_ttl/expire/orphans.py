@@ -32,11 +32,11 @@ from pg_ttl.expire.units import Unit
 # given tables (as parents: children follow their parents in the same pass).
 ORPHAN_QUERY = """
 SELECT o.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), o.delete_batch_size,
-       o.range_bytes, c.relkind, o.parent_relid
+       o.range_bytes, c.relkind
   FROM ttl.orphan_policy o
   JOIN pg_catalog.pg_class c ON c.oid = o.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE %(tables)s::oid[] IS NULL OR o.relid = ANY(%(tables)s::oid[]) OR o.parent_relid = ANY(%(tables)s::oid[])
+ WHERE %(tables)s::oid[] IS NULL OR o.relid = ANY(%(tables)s::oid[]) OR o.parent_relids && %(tables)s::oid[]
  ORDER BY n.nspname, c.relname
 """
 # The child's leaves: its partitions, or itself (pg_partition_tree lists nothing for a
@@ -65,7 +65,7 @@ def load_orphan_policies(conn: psycopg.Connection[Any], tables: list[int] | None
     """The orphan policies to run, as engine policies of their child tables: row
     deletion by ctid ranges, with the select batch sized to ``range_bytes``."""
     policies: list[EnginePolicy] = []
-    for relid, schema, relname, owner, dbs, range_bytes, relkind, _parent in conn.execute(
+    for relid, schema, relname, owner, dbs, range_bytes, relkind in conn.execute(
             ORPHAN_QUERY, {"tables": tables}).fetchall():
         row = conn.execute(DENSITY, {"t": relid}).fetchone()
         assert row is not None
