@@ -442,6 +442,47 @@ def test_writers_need_no_right_on_the_queue_and_owner_code_runs_as_the_owner(
         db.execute("DROP ROLE qowner, qwriter")
 
 
+def test_a_writers_search_path_cannot_stand_in_for_a_builtin_in_the_queue_triggers(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    db.autocommit = True
+    db.execute("CREATE ROLE sowner LOGIN")
+    db.execute("CREATE ROLE swriter LOGIN")
+    db.execute("GRANT CREATE, USAGE ON SCHEMA public TO sowner")
+    db.execute("CREATE SCHEMA evil AUTHORIZATION swriter")
+    try:
+        owner = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user="sowner"), autocommit=True)
+        owner.execute("CREATE TABLE public.items (id int PRIMARY KEY, v timestamptz, code text)")
+        owner.execute("SELECT ttl.enable('public.items', expire_after => '1 day', column_name => 'v')")
+        owner.execute("SELECT ttl.set_option('public.items', 'queue_shards', '2')")
+        owner.execute("GRANT INSERT, UPDATE, DELETE, SELECT, TRUNCATE ON public.items TO swriter")
+        writer = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user="swriter"), autocommit=True)
+        # operators of every type the triggers compare, each writing down who called it
+        writer.execute("CREATE TABLE evil.log (who name)")
+        writer.execute("GRANT USAGE ON SCHEMA evil TO PUBLIC")
+        writer.execute("GRANT INSERT ON evil.log TO PUBLIC")
+        for typ in ("text", "int2", "int4", "int8", "oid", "timestamptz", "timestamp"):
+            writer.execute(f"CREATE FUNCTION evil.eq_{typ}(a {typ}, b {typ}) RETURNS boolean LANGUAGE plpgsql AS"
+                           f" $$ BEGIN INSERT INTO evil.log VALUES (current_user);"
+                           f" RETURN a OPERATOR(pg_catalog.=) b; END $$")
+            writer.execute(f"CREATE OPERATOR evil.= (LEFTARG = {typ}, RIGHTARG = {typ}, FUNCTION = evil.eq_{typ})")
+        writer.execute("SET search_path = evil, pg_catalog, public")
+        writer.execute("INSERT INTO items VALUES (1, '2020-01-01'), (2, now()), (3, now())")
+        writer.execute("UPDATE items SET v = v + interval '1 hour' WHERE id = 2")
+        writer.execute("UPDATE items SET v = '2020-01-01' WHERE id = 3")
+        writer.execute("DELETE FROM items WHERE id = 2")
+        # row 2's early entry stays after its DELETE, for the drain
+        assert db.execute("SELECT missing, late, extra FROM ttl.queue_verify('public.items')").fetchone() == (0, 0, 1)
+        writer.execute("TRUNCATE items")
+        # the writer's operators ran for the writer's own statements (id = 2), never as the table's owner
+        assert db.execute("SELECT DISTINCT who FROM evil.log").fetchall() == [("swriter",)]
+        owner.close()
+        writer.close()
+    finally:
+        db.execute("DROP SCHEMA evil CASCADE")
+        db.execute("DROP OWNED BY sowner, swriter CASCADE")
+        db.execute("DROP ROLE sowner, swriter")
+
+
 def test_bad_values_and_tables_without_a_key_are_refused(db: psycopg.Connection[Any]) -> None:
     db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
     db.execute("CREATE TABLE nokey (id int, v timestamptz)")
