@@ -23,6 +23,8 @@ import pytest
 
 from pg_ttl.archive.restore import restore
 from pg_ttl.expire import expire
+from pg_ttl.localserver import LocalServer
+from tests.conftest import dsn_of
 from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
 
 COLS = "id, created_at, amount, note, tags::text"
@@ -430,6 +432,36 @@ def test_an_unreachable_object_store_fails_the_unit_and_deletes_nothing(db: psyc
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
 
 
+def test_rows_move_in_one_session_when_a_second_cannot_be_had(db: psycopg.Connection[Any], dsn: str,
+                                                               tmp_path: Path) -> None:
+    """The engine reads ranges in a second session; a login limited to one connection reads
+    them in its own session, between its statements."""
+    db.execute("CREATE ROLE archiver LOGIN CONNECTION LIMIT 1")
+    db.execute("GRANT CREATE, USAGE ON SCHEMA public TO archiver")
+    db.commit()
+    owner = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user="archiver"), autocommit=True)
+    try:
+        owner.execute("CREATE TABLE events (id int PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
+        owner.execute("INSERT INTO events SELECT g, now() - interval '40 days' + g * interval '1 minute', 'n' || g"
+                      " FROM generate_series(1, 5000) g")
+        owner.execute("SELECT ttl.enable('events', expire_after => '400 days', column_name => 'created_at')")
+        owner.execute("SELECT ttl.set_option('events', 'select_batch_size', '500')")  # several ranges
+    finally:
+        owner.close()
+    db.execute("SELECT ttl.create_storage('local', %s)", (f"file://{tmp_path}",))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "local"}]')""")
+    db.commit()
+    [archived, _] = expire(psycopg.conninfo.make_conninfo(dsn, user="archiver"), ["events"])
+    assert (archived.status, archived.rows_deleted) == ("ok", 5000)
+    assert sorted(i for (i,) in duckdb.connect().execute(
+        "SELECT id FROM read_parquet(?)", [[str(p) for p in tmp_path.rglob("*.parquet")]]).fetchall()) == \
+        list(range(1, 5001))
+    db.execute("DROP TABLE events")
+    db.execute("DROP OWNED BY archiver")
+    db.execute("DROP ROLE archiver")
+    db.commit()
+
+
 def test_the_worker_counts_archived_rows(db: psycopg.Connection[Any], dsn: str, tmp_path: Path) -> None:
     from pg_ttl.worker.metrics import WorkerMetrics
 
@@ -506,20 +538,122 @@ def test_rows_move_to_another_postgresql_once_and_come_back(db: psycopg.Connecti
     assert db.execute(f"SELECT {COLS} FROM events WHERE id BETWEEN 26 AND 50 ORDER BY id").fetchall() == leaving[5:]
 
 
-def test_a_partition_past_a_postgresql_tier_moves_batch_by_batch(db: psycopg.Connection[Any], dsn: str,
-                                                                 target_db: Any) -> None:
-    """Whole partitions go to Parquet storages only: a PostgreSQL target inserts with ON CONFLICT
-    DO NOTHING, so rows an export wrote there could not be taken back if the partition must stay."""
+def _prepared(target: psycopg.Connection[Any]) -> list[str]:
+    return [g for (g,) in target.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+
+
+def test_a_partition_past_a_postgresql_tier_goes_whole_in_a_prepared_transaction(
+        db: psycopg.Connection[Any], dsn: str, target_db: Any) -> None:
     url, target = target_db
     _partitioned(db)  # a two-column key (id, created_at): the storage checks each batch's keys
+    db.execute("CREATE TABLE pev_default PARTITION OF pev DEFAULT")  # where restored rows of a dropped one go
+    leaving = db.execute("SELECT id, created_at, note FROM pev_old ORDER BY id").fetchall()
     db.execute("SELECT ttl.create_storage('history', %s)", (url,))
     db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "history"}]')""")
     db.commit()
     [archived, _] = expire(dsn, ["pev"])
     assert archived.status == "ok" and archived.rows_deleted == 10, archived.units
-    assert {u.unit: u.action for u in archived.units} == {"pev_old": "archive", "pev_new": "archive"}
-    assert db.execute("SELECT count(*) FROM pev_old").fetchone() == (0,)  # emptied, not dropped
-    assert target.execute("SELECT count(*) FROM history.pev").fetchone() == (10,)
+    assert {(u.unit, u.action, u.strategy) for u in archived.units} >= {("pev_old", "drop", "export")}
+    assert db.execute("SELECT to_regclass('pev_old')").fetchone() == (None,)
+    assert target.execute("SELECT id, created_at, note FROM history.pev ORDER BY id").fetchall() == leaving
+    assert _prepared(target) == []  # committed there after the source's commit
+    [(key, rows)] = db.execute("SELECT object_key, rows FROM ttl.archive").fetchall()
+    assert rows == 10 and key.startswith('"history"."pev"#pg_ttl_export_')
+    db.execute("SELECT ttl.pause('pev')")
+    db.commit()
+    assert restore(db, "pev").rows_inserted == 10
+    db.commit()
+    assert db.execute("SELECT id, created_at, note FROM pev_default ORDER BY id").fetchall() == leaving
+
+
+@pytest.mark.slow
+def test_killed_before_the_source_commits_a_prepared_export_is_rolled_back(
+        db: psycopg.Connection[Any], dsn: str, target_db: Any, connect: Any) -> None:
+    url, target = target_db
+    _partitioned(db)
+    db.execute("SELECT ttl.create_storage('history', %s)", (url,))
+    db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "history"}]')""")
+    db.execute("UPDATE ttl.settings SET value = '60s' WHERE name IN ('lock_timeout', 'row_lock_timeout')")
+    db.commit()
+    blocker = connect(autocommit=False)
+    blocker.execute("LOCK TABLE ttl.archive IN SHARE MODE")  # the export is prepared there, then waits to be listed
+    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "pev", "--quiet", "--dsn", dsn],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        wait_for_engine_lock_wait(db, "%INSERT INTO ttl.archive")
+        [gid] = _prepared(target)  # durable there, not visible
+        assert gid.startswith("pg_ttl_export_")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(30)
+        blocker.rollback()
+    wait_for_engine_gone(db)
+    assert target.execute("SELECT count(*) FROM history.pev").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM pev_old").fetchone() == (10,)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
+    db.commit()
+    # the next run rolls the unlisted export back, then exports the partition once
+    [archived, _] = expire(dsn, ["pev"])
+    assert archived.status == "ok" and archived.rows_deleted == 10
+    assert _prepared(target) == []
+    assert db.execute("SELECT to_regclass('pev_old')").fetchone() == (None,)
+    assert target.execute("SELECT count(*), count(DISTINCT id) FROM history.pev").fetchone() == (10, 10)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (1,)
+
+
+def test_a_prepared_export_is_decided_from_the_manifest(db: psycopg.Connection[Any], target_db: Any) -> None:
+    """Exports left prepared: committed when the source lists them (the partition went before
+    COMMIT PREPARED), rolled back when only its history names them, others' left alone."""
+    from pg_ttl.archive.postgres import PostgresTarget
+
+    url, target = target_db
+    target.execute("CREATE TABLE t (id int)")
+    gids = {name: f"pg_ttl_export_{uuid4().hex}" for name in ("listed", "unlisted", "others")}
+    for n, gid in enumerate(gids.values()):
+        with psycopg.connect(psycopg.conninfo.make_conninfo(dsn_of(target)), autocommit=False) as other:
+            other.execute("INSERT INTO t VALUES (%s)", (n,))
+            other.execute(f"PREPARE TRANSACTION '{gid}'")
+    db.execute("CREATE TABLE pev (id int PRIMARY KEY, created_at timestamptz NOT NULL)")
+    db.execute("SELECT ttl.enable('pev', expire_after => '400 days', column_name => 'created_at')")
+    db.execute("SELECT ttl.create_storage('history', %s)", (url,))
+    run = db.execute("INSERT INTO ttl.run (relid, table_name, cutoff) VALUES ('pev'::regclass, 'pev', now())"
+                     " RETURNING run_id").fetchone()
+    assert run is not None
+    db.execute("INSERT INTO ttl.archive (relid, table_name, tier, storage, object_key, rows, bytes, sha256, min_time,"
+               " max_time, run_id) VALUES ('pev'::regclass, 'pev', 1, 'history', %s, 1, 0, '', now(), now(), %s)",
+               (f"history.pev#{gids['listed']}", run[0]))
+    db.execute("INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, checkpoint)"
+               " VALUES (%s, 'pev'::regclass, 'pev', 'archive', %s)",
+               (run[0], psycopg.types.json.Jsonb({"strategy": "export", "prepared": gids["unlisted"]})))
+    db.commit()
+    PostgresTarget("history", url).resolve(db)
+    assert _prepared(target) == [gids["others"]]
+    assert target.execute("SELECT id FROM t").fetchall() == [(0,)]  # the listed one, committed
+    target.execute(f"ROLLBACK PREPARED '{gids['others']}'")
+
+
+def test_a_partition_goes_batch_by_batch_where_the_target_cannot_prepare(db: psycopg.Connection[Any],
+                                                                        dsn: str) -> None:
+    """A target server with max_prepared_transactions = 0 (a second server, its default)."""
+    _partitioned(db)
+    second = LocalServer()
+    second.start()
+    try:
+        name = f"archive_{uuid4().hex[:8]}"
+        second_dsn = second.create_database(name)
+        info = psycopg.conninfo.conninfo_to_dict(second_dsn)
+        db.execute("SELECT ttl.create_storage('history', %s)",
+                   (f"postgresql://{info['user']}@{info['host']}:{info['port']}/{name}?schema=history",))
+        db.execute("""SELECT ttl.set_tiers('pev', '[{"after": "30 days", "to": "history"}]')""")
+        db.commit()
+        [archived, _] = expire(dsn, ["pev"])
+        assert archived.status == "ok" and archived.rows_deleted == 10, archived.units
+        assert {u.unit: u.action for u in archived.units} == {"pev_old": "archive", "pev_new": "archive"}
+        assert db.execute("SELECT count(*) FROM pev_old").fetchone() == (0,)  # emptied, not dropped
+        with psycopg.connect(second_dsn) as there:
+            assert there.execute("SELECT count(*) FROM history.pev").fetchone() == (10,)
+    finally:
+        second.cleanup()
 
 
 def test_a_postgresql_storage_keeps_no_password_and_needs_a_key(db: psycopg.Connection[Any], tmp_path: Path) -> None:

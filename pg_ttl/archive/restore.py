@@ -52,9 +52,13 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
     done = Restored()
     objects = conn.execute(OBJECTS, {"relid": relid, "since": since, "until": until, "storage": storage}).fetchall()
     schema, relname = _split(conn, relid)
+    resolved: set[str] = set()
     for key, storage_name, url, sha, count, lo, hi in objects:
         target = open_storage(str(storage_name), str(url))
         if isinstance(target, PostgresTarget):
+            if storage_name not in resolved:  # a partition's export left prepared there: decided now
+                target.resolve(conn)
+                resolved.add(str(storage_name))
             # the target table's rows of this batch's time range (rows of other batches in it
             # are inserted once: ON CONFLICT DO NOTHING)
             names = list(types)

@@ -42,6 +42,7 @@ rows move batch by batch in that run, as any leaf's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -57,7 +58,7 @@ from psycopg.types.json import Jsonb
 from pg_ttl.archive import parquet
 from pg_ttl.archive.postgres import PostgresTarget
 from pg_ttl.archive.storage import BaseStorage, StorageError, open_storage
-from pg_ttl.expire import history, partitions
+from pg_ttl.expire import history, owner, partitions
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.orphans import LEAVES
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
@@ -120,6 +121,22 @@ OBJECT_ROWS = 100_000
 ROW_TIME = "pg_ttl row time".ljust(64, ".")
 ROW_CTID = "pg_ttl row ctid".ljust(64, ".")
 ROW_XMIN = "pg_ttl row xmin".ljust(64, ".")
+# The engine session's settings a second session takes (_second_session).
+SETTINGS = """
+SELECT pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
+       pg_catalog.current_setting('bytea_output'), pg_catalog.current_setting('extra_float_digits'),
+       pg_catalog.current_setting('IntervalStyle'), pg_catalog.current_setting('statement_timeout'),
+       pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('search_path')
+"""
+SAME_SETTINGS = """
+SELECT pg_catalog.set_config('TimeZone', %s, false), pg_catalog.set_config('DateStyle', %s, false),
+       pg_catalog.set_config('bytea_output', %s, false), pg_catalog.set_config('extra_float_digits', %s, false),
+       pg_catalog.set_config('IntervalStyle', %s, false), pg_catalog.set_config('statement_timeout', %s, false),
+       pg_catalog.set_config('lock_timeout', %s, false), pg_catalog.set_config('search_path', %s, false)
+"""
+# Ranges read and written ahead of the one being deleted (memory: about select_batch_size
+# rows each, held until their range commits).
+READ_AHEAD = 3
 # Blocks per statement of the check made under the partition's lock (each statement stays
 # well within statement_timeout; the lock is held for all of them).
 CHECK_BLOCKS = 8192
@@ -170,6 +187,10 @@ def moved(run_id: int | None, units: Iterable[int | None]) -> list[Moved]:
     return [total[k] for k in sorted(total, key=lambda k: (k[1], k[0]))]
 
 
+# (run id, storage) whose prepared exports this process has resolved (PostgresTarget.resolve)
+_resolved: set[tuple[int, str]] = set()
+
+
 def has_tiers(conn: psycopg.Connection[Any], relid: int) -> bool:
     return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s LIMIT 1", (relid,)).fetchone() is not None
 
@@ -188,13 +209,13 @@ def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Pre
               for oid, schema, name in conn.execute(LEAVES, {"t": policy.relid}).fetchall()]
     if pred is None or policy.relkind != "p" or policy.column is None or policy.expression is not None:
         return leaves
-    # Parquet storages only: a PostgreSQL one inserts with ON CONFLICT DO NOTHING, so rows written
-    # there by an export that must then stay (written to meanwhile) could not be taken back
-    parquet_tiers = {int(position) for position, name, url in conn.execute(TIERS, (policy.relid,)).fetchall()
-                     if not isinstance(open_storage(str(name), str(url)), PostgresTarget)}
+    # A PostgreSQL storage takes a partition whole in a transaction prepared there (taken back
+    # if the partition must stay): only where its server allows prepared transactions
+    whole_tiers = {int(position) for position, name, url in conn.execute(TIERS, (policy.relid,)).fetchall()
+                   if _exports_whole(open_storage(str(name), str(url)))}
     whole: list[Unit] = []
-    if parquet_tiers:
-        _whole_partitions(conn, policy, pred, parquet_tiers, policy.relid, policy.ident, whole)
+    if whole_tiers:
+        _whole_partitions(conn, policy, pred, whole_tiers, policy.relid, policy.ident, whole)
     if not whole:
         return leaves
     covered = {int(oid) for (oid,) in conn.execute(
@@ -203,11 +224,15 @@ def archive_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Pre
     return whole + [u for u in leaves if u.relid not in covered]
 
 
-def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, parquet_tiers: set[int],
+def _exports_whole(storage: BaseStorage | PostgresTarget) -> bool:
+    return not isinstance(storage, PostgresTarget) or storage.can_prepare()
+
+
+def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, whole_tiers: set[int],
                       relid: int, ident: sql.Identifier, out: list[Unit]) -> None:
     """The highest range partitions on the TTL column under ``relid`` whose upper bound
-    reached a storage tier writing Parquet (sql/82_tiers.sql: ttl.partition_tier), as
-    units.py's walk finds expired ones."""
+    reached a storage tier that takes partitions whole (sql/82_tiers.sql:
+    ttl.partition_tier), as units.py's walk finds expired ones."""
     key = range_key(conn, relid)
     on_column = key is not None and key.column == policy.column
     children = conn.execute(CHILDREN, (relid,)).fetchall()
@@ -217,7 +242,7 @@ def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred:
         if uppers:
             tier_of = {str(u): int(k) for u, k in conn.execute(
                 "SELECT u, ttl.partition_tier(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
-                (policy.relid, pred.cutoff, uppers)) if k is not None and int(k) in parquet_tiers}
+                (policy.relid, pred.cutoff, uppers)) if k is not None and int(k) in whole_tiers}
     for oid, schema, relname, relkind, bound, pending in children:
         if relkind not in ("r", "p") or pending:
             continue  # a foreign table, or one being detached: its leaves stay units of their own
@@ -226,7 +251,7 @@ def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred:
             out.append(Unit(int(oid), str(schema), str(relname), "archive", parent=ident, upper=upper, bound=bound,
                             tier=tier_of[upper]))
         elif relkind == "p":
-            _whole_partitions(conn, policy, pred, parquet_tiers, int(oid), sql.Identifier(str(schema), str(relname)),
+            _whole_partitions(conn, policy, pred, whole_tiers, int(oid), sql.Identifier(str(schema), str(relname)),
                               out)
 
 
@@ -271,6 +296,9 @@ def _archive_leaf(ctx: UnitContext, leaf: Unit) -> str:
         storage = open_storage(str(storage_name), str(url))
         if not isinstance(storage, PostgresTarget):
             _remove_unlisted(conn, storage, object_prefix(policy, str(storage_name)), [leaf.relid])
+        elif (ctx.run_id, storage.name) not in _resolved:  # once per run and storage: it connects there
+            storage.resolve(conn)
+            _resolved.add((ctx.run_id, storage.name))
         pred = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (policy.relid, position, ctx.pred.cutoff)).fetchone()
         assert pred is not None
         block = int(cp["from"]) if cp is not None and cp["tier"] == position else 0
@@ -384,13 +412,13 @@ class _Sweep:
 
 def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.Composable) -> bool:
     """The ranges to a directory or S3 storage; False when stopped. A range's rows are read
-    without a lock (COPY, parsed by Arrow), written as objects and verified in a background
-    thread while the session reads the next range and deletes the one before; then, in one
-    short transaction, exactly the row versions written are deleted (ctid and xmin: a row
-    updated, deleted or held since it was read is not) and the objects listed. If any of
-    them was not deleted, the transaction is undone, the objects removed and the range
-    moved again with its rows deleted first (_move_as_csv). The batches commit in range
-    order: the checkpoint never passes a range not done."""
+    without a lock (COPY, parsed by Arrow) by a second session of the engine and written as
+    objects and verified in background threads, while this session deletes the ranges
+    before it: in one short transaction per range, exactly the row versions written are
+    deleted (ctid and xmin: a row updated, deleted or held since it was read is not) and
+    the objects listed. If any of them was not deleted, the transaction is undone, the
+    objects removed and the range moved again with its rows deleted first (_move_as_csv).
+    The ranges commit in order: the checkpoint never passes a range not done."""
     ctx, conn = sweep.ctx, sweep.ctx.conn
     assert isinstance(sweep.storage, BaseStorage)
     storage = sweep.storage
@@ -398,20 +426,37 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     assert row is not None and row[0] is not None
     read = sql.SQL(", ").join([*_values(sweep.columns), sql.SQL(row[0]), sql.SQL("ctid"), sql.SQL("xmin")])
     parquet.load()  # outside the batches' transactions
+    reader = _second_session(ctx)
+    reading = threading.Lock()  # one COPY at a time on the reader's session
+
+    def read_and_write(lo: int, hi: int) -> _Written:
+        assert reader is not None
+        with reading:
+            data = _copy_out(reader, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)")
+                             .format(read, sweep.leaf.ident, sweep.where(lo, hi)))
+        return _write_range(sweep, lo, hi, data)
+
     pending: list[Future[_Written]] = []
     stopped = False
     # a batch's DELETE runs under the short row_lock_timeout: the application is not waited on
     set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
     try:
-        with ThreadPoolExecutor(1, thread_name_prefix="pg-ttl-archive") as writer:
+        # without a second session, the reads run here, between this session's statements
+        # more writers than readers: writing is mostly waiting (fsync, uploads)
+        with ThreadPoolExecutor(READ_AHEAD + 1, thread_name_prefix="pg-ttl-archive") as pool:
             for lo, hi in ranges:
                 if ctx.stopping():
                     stopped = True
                     break
-                data = _copy_out(conn, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)").format(
-                    read, sweep.leaf.ident, sweep.where(lo, hi)))
-                pending.append(writer.submit(_write_range, sweep, lo, hi, data))
-                if len(pending) > 1:
+                if reader is None:
+                    with reading:
+                        data = _copy_out(conn, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT"
+                                                       " (FORMAT csv)").format(read, sweep.leaf.ident,
+                                                                               sweep.where(lo, hi)))
+                    pending.append(pool.submit(_write_range, sweep, lo, hi, data))
+                else:
+                    pending.append(pool.submit(read_and_write, lo, hi))
+                if len(pending) > READ_AHEAD:
                     _commit_range(sweep, pending.pop(0).result(), returning)
             while pending:
                 _commit_range(sweep, pending.pop(0).result(), returning)
@@ -421,8 +466,30 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
                 _remove_objects(storage, [str(m["key"]) for m in future.result().listed])
         raise
     finally:
+        if reader is not None:
+            reader.close()
         set_lock_timeout(ctx, ctx.settings.lock_timeout)
     return not stopped
+
+
+def _second_session(ctx: UnitContext) -> psycopg.Connection[Any] | None:
+    """A second session like the engine's: same server, database and login, its settings
+    copied (the text forms rows are read in, timeouts, search_path) and the table owner's
+    role taken, as the engine's own session has. None when it cannot be had (the caller
+    reads in its own session)."""
+    info = ctx.conn.info
+    try:
+        other = psycopg.connect(info.dsn, password=info.password or None, autocommit=True,
+                                application_name="pg-ttl engine")
+    except psycopg.Error:
+        return None
+    try:
+        other.execute(SAME_SETTINGS, ctx.conn.execute(SETTINGS).fetchone())
+        owner.become(other, ctx.policy.owner, ctx.policy.name, local=False)
+    except BaseException:
+        other.close()
+        raise
+    return other
 
 
 def _copy_out(conn: psycopg.Connection[Any], stmt: sql.Composed) -> bytes:
@@ -669,27 +736,42 @@ def _export_whole(ctx: UnitContext, leaves: list[Unit]) -> None:
     found = conn.execute(TIERS, (policy.relid,)).fetchall()
     storages = {int(position): open_storage(str(name), str(url)) for position, name, url in found}
     storage = storages.get(unit.tier)
-    if not isinstance(storage, BaseStorage):
-        raise _Stays(f"tier {unit.tier} is gone or no longer writes objects")
-    # objects an earlier run wrote for these leaves and never listed, in any storage tier
+    if storage is None:
+        raise _Stays(f"tier {unit.tier} is gone")
+    # objects an earlier run wrote for these leaves and never listed, in any storage tier;
+    # exports an earlier run left prepared in a PostgreSQL one
     for other in storages.values():
-        if not isinstance(other, PostgresTarget):
+        if isinstance(other, PostgresTarget):
+            other.resolve(conn)
+        else:
             _remove_unlisted(conn, other, object_prefix(policy, other.name), [leaf.relid for leaf in leaves])
+    if isinstance(storage, PostgresTarget) and not storage.can_prepare():
+        raise _Stays(f'storage "{storage.name}" does not allow prepared transactions now')
     conn.execute("UPDATE ttl.run_unit SET strategy = 'export' WHERE run_id = %s AND unit_relid = %s",
                  (ctx.run_id, unit.relid))
     export = _Export([], [])
+    sink = _PostgresExport(ctx, storage, _columns(conn, unit.relid)) if isinstance(storage, PostgresTarget) else None
     try:
         for leaf in leaves:
-            _read_leaf(ctx, leaf, storage, export)
+            _read_leaf(ctx, leaf, storage, export, sink)
+        if sink is not None:
+            sink.prepare(export)
         _list_and_remove(ctx, leaves, export)
     except BaseException as exc:
         # Nothing listed (the transaction that lists them did not commit: a connection still
-        # up says so): its objects go now; else the next run removes them.
+        # up says so): its objects go now, its rows in a PostgreSQL storage are rolled back;
+        # else the next run does it.
         if not conn.broken:
-            _remove_objects(storage, export.keys)
+            if sink is not None:
+                sink.abandon()
+            else:
+                assert isinstance(storage, BaseStorage)
+                _remove_objects(storage, export.keys)
         if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
             raise _Stays(f"locked: {exc.diag.message_primary or exc}") from exc
         raise
+    if sink is not None:
+        sink.commit()
     _count_moved(ctx.run_id, unit.relid, storage.name, unit.tier, export.moved, export.bytes, len(export.listed))
     ctx.selected += export.moved
     ctx.deleted += export.moved
@@ -702,9 +784,11 @@ def _hash_sql(columns: list[parquet.Column]) -> sql.Composable:
         sql.SQL(", ").join(sql.Identifier(c.name) for c in columns))
 
 
-def _read_leaf(ctx: UnitContext, leaf: Unit, storage: BaseStorage, export: _Export) -> None:
+def _read_leaf(ctx: UnitContext, leaf: Unit, storage: BaseStorage | PostgresTarget, export: _Export,
+               sink: _PostgresExport | None) -> None:
     """Phase one, for one leaf: its rows read in row ranges (short transactions, no row
-    lock), the ones to archive written as objects; counted and hashed."""
+    lock), the ones to archive written as objects (or into the open transaction of a
+    PostgreSQL storage, ``sink``); counted and hashed."""
     conn, policy, unit = ctx.conn, ctx.policy, ctx.unit
     assert unit.tier is not None
     columns = _columns(conn, unit.relid)  # the partition's columns, by name in every leaf
@@ -734,20 +818,26 @@ def _read_leaf(ctx: UnitContext, leaf: Unit, storage: BaseStorage, export: _Expo
                 buffered.append(r)
         ctx.select_limiter.add(len(rows))
         if len(buffered) >= OBJECT_ROWS:
-            _write(ctx, leaf, columns, buffered, storage, export)
+            _write(ctx, leaf, columns, buffered, storage, export, sink)
             buffered = []
         block += step
     if buffered:
-        _write(ctx, leaf, columns, buffered, storage, export)
+        _write(ctx, leaf, columns, buffered, storage, export, sink)
 
 
 def _write(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: list[tuple[Any, ...]],
-           storage: BaseStorage, export: _Export) -> None:
+           storage: BaseStorage | PostgresTarget, export: _Export, sink: _PostgresExport | None) -> None:
     """Rows of a partition exported whole, written (one object per day, at most OBJECT_ROWS
-    rows each) and verified; listed later."""
+    rows each) and verified, or inserted into a PostgreSQL storage's open transaction;
+    listed later."""
     unit = ctx.unit
     assert unit.tier is not None
     width = len(columns)
+    if sink is not None:
+        sink.add([r[:width] for r in rows], [r[width] for r in rows])
+        export.moved += len(rows)
+        return
+    assert isinstance(storage, BaseStorage)
     for start in range(0, len(rows), OBJECT_ROWS):
         chunk = rows[start:start + OBJECT_ROWS]
         by_day: dict[str, list[tuple[Any, ...]]] = {}
@@ -801,6 +891,77 @@ def _list_and_remove(ctx: UnitContext, leaves: list[Unit], export: _Export) -> N
                                      "objects": len(export.listed), "run_id": ctx.run_id, "unit": unit.relid})
         conn.execute("SELECT ttl._finish_unit(%s, %s, 'ok', NULL)", (ctx.run_id, unit.relid))
     ctx.removed = action  # committed
+
+
+class _PostgresExport:
+    """A partition's rows going to a PostgreSQL storage in one transaction there: inserted
+    (rows whose key is there already: skipped) and checked, then prepared (PREPARE
+    TRANSACTION: durable, not visible) before the source lists the export and drops the
+    partition, and committed after that. The unit's checkpoint names the prepared
+    transaction first, so a run that ends in between leaves one the next run decides from
+    the manifest (PostgresTarget.resolve)."""
+
+    def __init__(self, ctx: UnitContext, storage: PostgresTarget, columns: list[parquet.Column]) -> None:
+        self.ctx, self.storage, self.columns = ctx, storage, columns
+        self.keys = [str(k) for (k,) in ctx.conn.execute(PRIMARY_KEY, (ctx.policy.relid,))]
+        self.target = storage.table(ctx.policy.schema, ctx.policy.relname)
+        storage.ensure(self.target, columns, self.keys)
+        self.gid = f"{storage.PREPARED}{uuid.uuid4().hex}"
+        self.conn = storage.connect()
+        self.conn.autocommit = False
+        self.prepared = self.committed = False
+        self.rows, self.first, self.last = 0, None, None
+        self.digest = hashlib.sha256()
+
+    def add(self, values: list[tuple[Any, ...]], times: list[Any]) -> None:
+        try:
+            self.storage.insert(self.conn, self.target, self.columns, values)
+            found = self.storage.found(self.conn, self.target, self.columns, self.keys, values)
+        except psycopg.Error as exc:
+            raise StorageError(f'storage "{self.storage.name}": {str(exc).strip()}') from exc
+        if found != len(values):
+            raise StorageError(f'storage "{self.storage.name}": {found} of {len(values)} rows are in '
+                               f"{self.target.as_string(self.conn)} after the insert: the export is undone")
+        self.rows += len(values)
+        self.first = min([t for t in (self.first, *times) if t is not None])
+        self.last = max([t for t in (self.last, *times) if t is not None])
+        for r in values:
+            self.digest.update(repr(r).encode())
+
+    def prepare(self, export: _Export) -> None:
+        """Name the transaction in the unit's checkpoint (committed), then prepare it; its
+        manifest row joins the export's."""
+        ctx = self.ctx
+        ctx.conn.execute("UPDATE ttl.run_unit SET checkpoint = %s WHERE run_id = %s AND unit_relid = %s",
+                         (Jsonb({"strategy": "export", "prepared": self.gid}), ctx.run_id, ctx.unit.relid))
+        try:
+            self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(self.gid)))
+        except psycopg.Error as exc:
+            raise StorageError(f'storage "{self.storage.name}": {str(exc).strip()}') from exc
+        self.prepared = True
+        self.conn.close()
+        if self.rows:
+            export.listed.append({
+                "relid": ctx.policy.relid, "table": ctx.policy.name, "tier": ctx.unit.tier,
+                "storage": self.storage.name, "key": f"{self.target.as_string(ctx.conn)}#{self.gid}",
+                "rows": self.rows, "bytes": 0, "sha": self.digest.hexdigest(), "min": self.first, "max": self.last,
+                "run": ctx.run_id})
+
+    def commit(self) -> None:
+        """After the source committed: the rows become visible there (or, if this fails, at
+        the next run's PostgresTarget.resolve)."""
+        with contextlib.suppress(StorageError):
+            self.storage.finish_prepared(self.gid, commit=True)
+
+    def abandon(self) -> None:
+        """The export did not happen: its rows there go (best effort: else the next run)."""
+        if self.prepared:
+            with contextlib.suppress(StorageError):
+                self.storage.finish_prepared(self.gid, commit=False)
+        elif not self.conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.rollback()
+            self.conn.close()
 
 
 def _remove_objects(storage: BaseStorage, keys: list[str]) -> None:
