@@ -674,6 +674,35 @@ BEGIN
 END
 $fn$;
 
+-- The statement giving the expiry of the oldest row of shard `shard` expired at
+-- `cutoff` (the lag metric): the rows of its first 1,000 due entries are
+-- re-checked (entries may be early: their rows may expire later); when there
+-- are more, the last one read bounds the answer (any row with a later entry
+-- expires after it), so the lag is never under-stated.
+CREATE OR REPLACE FUNCTION ttl.queue_oldest_sql(tbl oid, shard integer, cutoff timestamptz) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+    expired text;
+BEGIN
+    s := ttl._queue_sql(tbl);
+    SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
+    RETURN format(
+        'WITH e AS (SELECT q.expires_at, %1$s FROM ONLY %2$s q WHERE q.shard OPERATOR(pg_catalog.=) %3$s'
+        '             AND q.expires_at OPERATOR(pg_catalog.<=) %4$L::pg_catalog.timestamptz'
+        '           ORDER BY q.expires_at, %1$s LIMIT 1000)'
+        ' SELECT LEAST((SELECT pg_catalog.min(%5$s) FROM %6$s WHERE (%7$s) IN (SELECT %8$s FROM e) AND %9$s),'
+        '        CASE WHEN (SELECT pg_catalog.count(*) FROM e) OPERATOR(pg_catalog.=) 1000'
+        '             THEN (SELECT pg_catalog.max(e.expires_at) FROM e) END)',
+        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k),
+        format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
+                                           WHERE q2.relid = tbl), shard)),
+        shard, cutoff, s.expiry, s.src, array_to_string(s.keys, ', '), array_to_string(s.ks, ', '), expired);
+END
+$fn$;
+
 -- The statement that repairs the entries of shard `shard` in positions
 -- ($1, $2] (after a drain batch that left some rows): an entry whose row is
 -- gone goes; an entry whose row now expires at another instant (an early one,

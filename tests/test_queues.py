@@ -662,6 +662,14 @@ def test_plan_and_lag_read_the_queue(db: psycopg.Connection[Any], dsn: str, cli:
     out = cli("plan", "t", "--dsn", dsn).stdout
     assert "drain queue shard" in out
     assert db.execute("SELECT count(*) FROM t").fetchone() == (1000,)  # the plan changed nothing
+    # the expired rows refreshed: their entries are due but early, the lag reads the rows
+    db.execute("UPDATE t SET v = now() WHERE v < now() - interval '1 day' AND id > 500")
+    db.commit()
+    expected = db.execute("SELECT min(v) + interval '1 day' FROM t").fetchone()
+    assert expected is not None and oldest_expired(db, relid[0]) == expected[0]
+    db.execute("UPDATE t SET v = now() WHERE v < now() - interval '1 day'")
+    db.commit()
+    assert oldest_expired(db, relid[0]) is None
 
 
 def test_status_shows_each_shards_backlog_read_from_the_queue(db: psycopg.Connection[Any], dsn: str,

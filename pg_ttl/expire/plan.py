@@ -187,10 +187,13 @@ def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None
         owner.become(conn, policy.owner, policy.name, local=True)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
         if queues.filled(conn, policy):
-            # the queue knows: one probe of each shard's primary key
-            found = [conn.execute(sql.SQL("SELECT min(expires_at) FROM ONLY {} WHERE shard = {} AND expires_at <= {}")
-                                  .format(unit.ident, sql.Literal(queues.shard_number(unit)), sql.Literal(cutoff)))
-                     .fetchone() for unit in queues.shard_units(conn, policy)]
+            # the queue knows: each shard's first due entries, their rows re-checked (an entry may be early)
+            found = []
+            for unit in queues.shard_units(conn, policy):
+                query = conn.execute("SELECT ttl.queue_oldest_sql(%s, %s, %s)",
+                                     (policy.relid, queues.shard_number(unit), cutoff)).fetchone()
+                assert query is not None
+                found.append(psycopg.RawCursor(conn).execute(query[0]).fetchone())
             return min((r[0] for r in found if r and r[0] is not None), default=None)
         query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(conn, policy, pred), policy.ident,
                                                              pred.expired)
