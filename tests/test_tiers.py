@@ -432,6 +432,37 @@ def test_an_unreachable_object_store_fails_the_unit_and_deletes_nothing(db: psyc
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
 
 
+def test_wrong_credentials_fail_the_unit_and_delete_nothing(db: psycopg.Connection[Any], dsn: str, s3: Any,
+                                                             tmp_path: Path) -> None:
+    """The S3 server checks signatures (moto's authentication on): our access key is unknown there."""
+    import urllib.request
+
+    endpoint, _client = s3
+    _events(db, tmp_path)
+    db.execute("SELECT ttl.create_storage('cold', %s)",
+               (f"s3://archive-bucket/{uuid4().hex}?endpoint={endpoint}&region=us-east-1",))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "cold"}]')""")
+    db.commit()
+
+    def auth(count: str) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(),
+                                                      headers={"Content-Type": "text/plain"}, method="POST"),
+                               timeout=10).read()
+
+    auth("0")  # every request is authenticated from now on
+    try:
+        [archived, _] = expire(dsn, ["events"])
+    finally:
+        auth("inf")
+    assert archived.status == "failed" and 'storage "cold"' in (archived.units[0].error or "")
+    assert "Access" in (archived.units[0].error or "")  # what S3 said (InvalidAccessKeyId, AccessDenied)
+    assert db.execute("SELECT count(*) FROM events WHERE id BETWEEN 21 AND 50").fetchone() == (30,)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])  # the credentials fixed: the next run moves them
+    assert archived.status == "ok" and archived.rows_deleted == 30
+
+
 def test_rows_move_in_one_session_when_a_second_cannot_be_had(db: psycopg.Connection[Any], dsn: str,
                                                                tmp_path: Path) -> None:
     """The engine reads ranges in a second session; a login limited to one connection reads
