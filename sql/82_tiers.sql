@@ -335,7 +335,12 @@ CREATE OR REPLACE FUNCTION ttl.row_time_sql(tbl oid) RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT ttl._expiry_sql(p.ttl_atttypid, p.unit, interval '0', format('%I', ttl._attname(tbl, p.ttl_attnum)))
+    -- a timestamptz column is its rows' instant itself (the general form adds nothing to it in
+    -- UTC): the archive reads it once, as a column, not again as an expression
+    SELECT CASE WHEN p.ttl_atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype
+                THEN format('%I', ttl._attname(tbl, p.ttl_attnum))
+                ELSE ttl._expiry_sql(p.ttl_atttypid, p.unit, interval '0', format('%I', ttl._attname(tbl, p.ttl_attnum)))
+           END
       FROM ttl.policy p WHERE p.relid = tbl AND p.ttl_attnum IS NOT NULL
 $fn$;
 

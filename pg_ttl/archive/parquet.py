@@ -113,17 +113,17 @@ def table_from_csv(columns: list[Column], data: bytes, extra: dict[str, str]) ->
     return got
 
 
-def by_day(rows: Any, time: str) -> list[tuple[str, Any, Any, Any]]:
-    """The rows of each UTC day of their ``time`` column, in day order, without it: (day
-    as YYYY-MM-DD, rows, earliest and latest ``time``)."""
+def by_day(rows: Any, time: str, *, keep: bool = False) -> list[tuple[str, Any, Any, Any]]:
+    """The rows of each UTC day of their ``time`` column, in day order (without it unless
+    ``keep``): (day as YYYY-MM-DD, rows, earliest and latest ``time``)."""
     pa = _pyarrow()
     days = pa.compute.cast(rows.column(time), pa.date32())  # a UTC timestamp's date
-    keep = [n for n in rows.column_names if n != time]
+    kept = [n for n in rows.column_names if keep or n != time]
     out = []
     for d in sorted(pa.compute.unique(days).to_pylist()):
         group = rows.filter(pa.compute.equal(days, pa.scalar(d, pa.date32())))
         span = pa.compute.min_max(group.column(time))
-        out.append((d.isoformat(), group.select(keep), span["min"].as_py(), span["max"].as_py()))
+        out.append((d.isoformat(), group.select(kept), span["min"].as_py(), span["max"].as_py()))
     return out
 
 

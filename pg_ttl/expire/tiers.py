@@ -121,6 +121,13 @@ OBJECT_ROWS = 100_000
 ROW_TIME = "pg_ttl row time".ljust(64, ".")
 ROW_CTID = "pg_ttl row ctid".ljust(64, ".")
 ROW_XMIN = "pg_ttl row xmin".ljust(64, ".")
+# The SQL of the rows' instant (sql/82_tiers.sql), and the leaf's column it is, if it is one.
+ROW_TIME_COLUMN = """
+SELECT t.expr, (SELECT a.attname FROM pg_catalog.pg_attribute a
+                 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+                   AND pg_catalog.format('%%I', a.attname) = t.expr)
+  FROM (SELECT ttl.row_time_sql(%s) AS expr) t
+"""
 # The engine session's settings a second session takes (_second_session).
 SETTINGS = """
 SELECT pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
@@ -422,9 +429,12 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     ctx, conn = sweep.ctx, sweep.ctx.conn
     assert isinstance(sweep.storage, BaseStorage)
     storage = sweep.storage
-    row = conn.execute("SELECT ttl.row_time_sql(%s)", (ctx.policy.relid,)).fetchone()
+    # the rows' instant: one of their columns (a timestamptz TTL column), else read after them
+    row = conn.execute(ROW_TIME_COLUMN, (sweep.leaf.relid, ctx.policy.relid)).fetchone()
     assert row is not None and row[0] is not None
-    read = sql.SQL(", ").join([*_values(sweep.columns), sql.SQL(row[0]), sql.SQL("ctid"), sql.SQL("xmin")])
+    time_column = str(row[1]) if row[1] is not None else None
+    read = sql.SQL(", ").join([*_values(sweep.columns), *([] if time_column else [sql.SQL(row[0])]),
+                               sql.SQL("ctid"), sql.SQL("xmin")])
     parquet.load()  # outside the batches' transactions
     reader = _second_session(ctx)
     reading = threading.Lock()  # one COPY at a time on the reader's session
@@ -434,7 +444,7 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
         with reading:
             data = _copy_out(reader, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)")
                              .format(read, sweep.leaf.ident, sweep.where(lo, hi)))
-        return _write_range(sweep, lo, hi, data)
+        return _write_range(sweep, lo, hi, data, time_column)
 
     pending: list[Future[_Written]] = []
     stopped = False
@@ -453,7 +463,7 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
                         data = _copy_out(conn, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT"
                                                        " (FORMAT csv)").format(read, sweep.leaf.ident,
                                                                                sweep.where(lo, hi)))
-                    pending.append(pool.submit(_write_range, sweep, lo, hi, data))
+                    pending.append(pool.submit(_write_range, sweep, lo, hi, data, time_column))
                 else:
                     pending.append(pool.submit(read_and_write, lo, hi))
                 if len(pending) > READ_AHEAD:
@@ -500,12 +510,15 @@ def _copy_out(conn: psycopg.Connection[Any], stmt: sql.Composed) -> bytes:
     return bytes(data)
 
 
-def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes) -> _Written:
-    """In the writer thread: the range's rows (CSV) as objects, one per day, verified."""
+def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes, time_column: str | None) -> _Written:
+    """In a writer thread: the range's rows (CSV) as objects, one per day, verified.
+    ``time_column``: the column that is the rows' instant (else it follows the columns)."""
     done = _Written(lo, hi)
     if not data:
         return done
-    rows = parquet.table_from_csv(sweep.columns, data, {ROW_TIME: "timestamptz", ROW_CTID: "text", ROW_XMIN: "text"})
+    extra = {ROW_CTID: "text", ROW_XMIN: "text"} if time_column else \
+        {ROW_TIME: "timestamptz", ROW_CTID: "text", ROW_XMIN: "text"}
+    rows = parquet.table_from_csv(sweep.columns, data, extra)
     done.rows = rows.num_rows
     ctids, xmins = rows.column(ROW_CTID).to_pylist(), rows.column(ROW_XMIN).to_pylist()
     done.ctids = "{" + ",".join(f'"{c}"' for c in ctids) + "}"
@@ -513,7 +526,7 @@ def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes) -> _Written:
     rows = rows.drop_columns([ROW_CTID, ROW_XMIN])
     assert isinstance(sweep.storage, BaseStorage)
     try:
-        for day, group, first, last in parquet.by_day(rows, ROW_TIME):
+        for day, group, first, last in parquet.by_day(rows, time_column or ROW_TIME, keep=bool(time_column)):
             done.listed.append(_put_object(sweep.ctx, sweep.leaf, group, first, last, day, sweep.tier, sweep.storage))
     except BaseException:
         _remove_objects(sweep.storage, [str(m["key"]) for m in done.listed])
