@@ -146,6 +146,19 @@ def decode(data: bytes) -> tuple[list[str], list[tuple[Any, ...]]]:
     return names, list(zip(*columns, strict=True)) if columns else []
 
 
+def to_csv(data: bytes) -> tuple[list[str], bytes, int] | None:
+    """An object's rows as CSV that PostgreSQL's COPY reads back exactly (every value quoted,
+    a NULL unquoted and empty; ISO times, shortest exact floats): its column names, the CSV,
+    its rows. None for an object with a binary column (Arrow writes no CSV of bytes)."""
+    pa = _pyarrow()
+    table = pa.parquet.read_table(io.BytesIO(data))
+    if any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in table.schema):
+        return None
+    out = io.BytesIO()
+    pa.csv.write_csv(table, out, write_options=pa.csv.WriteOptions(include_header=False, quoting_style="all_valid"))
+    return list(table.column_names), out.getvalue(), table.num_rows
+
+
 def count(data: bytes) -> int:
     pa = _pyarrow()
     return int(pa.parquet.ParquetFile(io.BytesIO(data)).metadata.num_rows)

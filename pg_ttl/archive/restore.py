@@ -71,12 +71,20 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
             data = target.get(str(key))
             if parquet.sha256(data) != sha:
                 raise StorageError(f"object {key} of storage \"{storage_name}\" does not match its manifest (SHA-256)")
+            as_csv = parquet.to_csv(data)
+            if as_csv is not None:  # COPY, not a statement per row
+                names, text, n = as_csv
+                if n != count:
+                    raise StorageError(f"object {key} holds {n} rows, its manifest says {count}")
+                _check_columns(key, names, types)
+                done.rows_inserted += _copy_in(conn, schema, relname, names, text)
+                done.objects += 1
+                done.rows_read += n
+                continue
             names, rows = parquet.decode(data)
             if len(rows) != count:
                 raise StorageError(f"object {key} holds {len(rows)} rows, its manifest says {count}")
-        unknown = [n for n in names if n not in types]
-        if unknown:
-            raise StorageError(f"object {key} has columns the table no longer has: {', '.join(unknown)}")
+        _check_columns(key, names, types)
         # $n placeholders (a raw cursor): a '%' in a name is not a placeholder
         stmt = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
             sql.Identifier(schema, relname), sql.SQL(", ").join(sql.Identifier(n) for n in names),
@@ -89,6 +97,30 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
         done.objects += 1
         done.rows_read += len(rows)
     return done
+
+
+def _check_columns(key: str, names: list[str], types: dict[str, str]) -> None:
+    unknown = [n for n in names if n not in types]
+    if unknown:
+        raise StorageError(f"object {key} has columns the table no longer has: {', '.join(unknown)}")
+
+
+def _copy_in(conn: psycopg.Connection[Any], schema: str, relname: str, names: list[str], text: bytes) -> int:
+    """The rows (CSV) into a temporary table of the table's column types, then into the
+    table (ON CONFLICT DO NOTHING), in one transaction: the rows inserted."""
+    table = sql.Identifier(schema, relname)
+    cols = sql.SQL(", ").join(sql.Identifier(n) for n in names)
+    with conn.transaction():
+        # dropped here, not at commit: the caller's transaction may restore several objects
+        conn.execute(sql.SQL("CREATE TEMPORARY TABLE pg_ttl_restore AS SELECT {} FROM {} WITH NO DATA")
+                     .format(cols, table))
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY pg_ttl_restore ({}) FROM STDIN (FORMAT csv)").format(
+                cols)) as copy:
+            copy.write(text)
+        inserted = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM pg_ttl_restore ON CONFLICT DO NOTHING")
+                                .format(table, cols, cols)).rowcount
+        conn.execute("DROP TABLE pg_ttl_restore")
+        return inserted
 
 
 def _split(conn: psycopg.Connection[Any], relid: int) -> tuple[str, str]:
