@@ -167,14 +167,16 @@ BEGIN
         PERFORM ttl._value_triggers_sync(p.relid);
     END LOOP;
     -- A partition attached to or detached from a table with an expiration
-    -- queue (or one of its partitions): the queue's triggers follow
-    -- (sql/78_queues.sql).
+    -- queue (or one of its partitions), a column renamed: the queue and its
+    -- triggers follow (sql/78_queues.sql).
     IF EXISTS (SELECT 1 FROM ttl.queue LIMIT 1) THEN
         FOR p IN
             SELECT DISTINCT q.relid FROM ttl.queue q
-             WHERE q.relid IN (SELECT a.relid
-                                 FROM pg_event_trigger_ddl_commands() cmd, pg_partition_ancestors(cmd.objid) a
-                                WHERE cmd.command_tag = 'ALTER TABLE' AND cmd.object_type = 'table')
+             WHERE q.relid IN (SELECT coalesce(a.relid, cmd.objid)  -- no ancestors: not a partition
+                                 FROM pg_event_trigger_ddl_commands() cmd
+                                 LEFT JOIN LATERAL pg_partition_ancestors(cmd.objid) a ON true
+                                WHERE cmd.command_tag = 'ALTER TABLE'
+                                  AND cmd.object_type IN ('table', 'table column'))
         LOOP
             PERFORM ttl._queue_sync(p.relid);
         END LOOP;

@@ -520,6 +520,13 @@ def test_off_drop_and_changes_remove_or_rebuild_the_queue(db: psycopg.Connection
     db.execute("SELECT ttl.queue_backfill('t')")
     db.execute("ALTER TABLE t RENAME TO t2")  # kept by oid
     db.execute("ALTER TABLE t2 RENAME TO t")
+    db.execute("ALTER TABLE t RENAME COLUMN v TO w")  # the triggers name it: made anew, the queue filled again
+    db.execute("INSERT INTO t VALUES (1001, now())")
+    db.execute("UPDATE t SET w = w - interval '1 hour' WHERE id = 1")
+    db.execute("SELECT ttl.queue_backfill('t')")
+    assert db.execute("SELECT missing, late, extra FROM ttl.queue_verify('t')").fetchone() == (0, 0, 0)
+    db.execute("ALTER TABLE t RENAME COLUMN w TO v")
+    db.execute("DELETE FROM t WHERE id = 1001")
     db.execute("SELECT ttl.set_option('t', 'expire_after', '2 days')")  # entries computed anew
     assert db.execute("SELECT backfilled FROM ttl.queue").fetchone() == (False,)
     db.execute("SELECT ttl.queue_backfill('t')")
