@@ -2,6 +2,21 @@
 -- They run for every DDL statement in the database, so they do nothing
 -- unless the statement touches a table that has a TTL.
 
+-- The parents of an orphan policy (sql/80_orphans.sql) in order, each with its
+-- key columns (the policy keeps them one parent after the other in
+-- parent_attnums, `nkeys` each). Columns, not the policy's row type: a
+-- downgrade drops that table. Here, before its first user: the drop trigger
+-- below fires on the drops of a code layer replayed after an upgrade.
+CREATE OR REPLACE FUNCTION ttl._orphan_parents(parent_relids oid[], parent_attnums smallint[], nkeys integer)
+RETURNS TABLE (n integer, parent oid, attnums smallint[])
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT k::integer, parent_relids[k], parent_attnums[(k - 1) * nkeys + 1 : k * nkeys]
+      FROM generate_subscripts(parent_relids, 1) AS k
+     ORDER BY k
+$fn$;
+
 -- DROP TABLE / DROP SCHEMA ... CASCADE remove the policies of dropped tables;
 -- dropping a column a policy uses is refused.
 CREATE OR REPLACE FUNCTION ttl._on_sql_drop() RETURNS event_trigger

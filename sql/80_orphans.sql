@@ -48,18 +48,8 @@ AS $fn$
      LIMIT 1
 $fn$;
 
--- The parents of an orphan policy in order, each with its key columns (the
--- policy keeps them one parent after the other in parent_attnums, `nkeys`
--- each). Columns, not the policy's row type: a downgrade drops that table.
-CREATE OR REPLACE FUNCTION ttl._orphan_parents(parent_relids oid[], parent_attnums smallint[], nkeys integer)
-RETURNS TABLE (n integer, parent oid, attnums smallint[])
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT k::integer, parent_relids[k], parent_attnums[(k - 1) * nkeys + 1 : k * nkeys]
-      FROM generate_subscripts(parent_relids, 1) AS k
-     ORDER BY k
-$fn$;
+-- ttl._orphan_parents (the parents of a policy, with their key columns) is in
+-- sql/30_event_triggers.sql, before its first user.
 
 CREATE OR REPLACE FUNCTION ttl._validate_orphan_policy() RETURNS trigger
 LANGUAGE plpgsql

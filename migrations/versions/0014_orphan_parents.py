@@ -16,7 +16,13 @@ depends_on = None
 # parent_attnums holds their key columns one parent after the other (each as
 # many as key_attnums: the k-th parent's are parent_attnums[(k-1)*n+1 : k*n]).
 # A type change, not an UPDATE: the policies' validation trigger stays out of it.
+# pg_ttl's event triggers go first: the old ones read parent_relid and would fire
+# on the drops that follow (here and in the code layer's replay, which recreates
+# them at its end, in this same transaction).
 UPGRADE = """
+DROP EVENT TRIGGER IF EXISTS pg_ttl_sql_drop;
+DROP EVENT TRIGGER IF EXISTS pg_ttl_ddl_end;
+DROP EVENT TRIGGER IF EXISTS pg_ttl_create_table;
 DROP INDEX ttl.orphan_policy_parent;
 ALTER TABLE ttl.orphan_policy RENAME COLUMN parent_relid TO parent_relids;
 ALTER TABLE ttl.orphan_policy ALTER COLUMN parent_relids TYPE oid[] USING ARRAY[parent_relids];
