@@ -392,6 +392,21 @@ def _partitioned(db: psycopg.Connection[Any], key: str = "id, created_at") -> No
     db.execute("SELECT ttl.enable('pev', expire_after => '400 days', column_name => 'created_at')")
 
 
+def test_s3_objects_are_verified_by_the_checksum_s3_computed(s3: Any, monkeypatch: Any) -> None:
+    """S3's ETag of a PutObject is the MD5 of the bytes it received: equal to ours, the object is
+    verified without reading it back; different (or no MD5: encrypted buckets), it is read back."""
+    from pg_ttl.archive.storage import ObjectStore, StorageError
+
+    endpoint, _client = s3
+    store = ObjectStore("cold", f"s3://archive-bucket/{uuid4().hex}?endpoint={endpoint}&region=us-east-1")
+    store.put("a.parquet", b"written bytes")
+    with monkeypatch.context() as m:
+        m.setattr(ObjectStore, "get", lambda self, key: pytest.fail("read back although S3's checksum matched"))
+        store.verify("a.parquet", b"written bytes")
+    with pytest.raises(StorageError, match="read back differs"):
+        store.verify("a.parquet", b"other  bytes!")  # same size, another checksum: read back, and wrong
+
+
 def test_a_partition_past_a_tier_goes_whole_to_s3(db: psycopg.Connection[Any], dsn: str, s3: Any) -> None:
     import pyarrow.parquet as pq
     from pyarrow import fs

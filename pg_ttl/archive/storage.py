@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import uuid
@@ -43,6 +44,12 @@ class BaseStorage:
 
     def list(self, prefix: str) -> list[str]:
         raise NotImplementedError
+
+    def verify(self, key: str, data: bytes) -> None:
+        """The object ``key`` holds exactly ``data``: read back and compared."""
+        back = self.get(key)
+        if len(back) != len(data) or hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
+            raise StorageError(f'storage "{self.name}": object {key} read back differs from what was written')
 
     def check(self) -> None:
         """Writable, readable, and deletable: a probe object round trip."""
@@ -145,6 +152,23 @@ class ObjectStore(BaseStorage):
                 f.write(data)
         except OSError as exc:
             raise StorageError(f'storage "{self.name}": cannot write {key}: {exc}') from exc
+
+    def verify(self, key: str, data: bytes) -> None:
+        """S3 answers with the MD5 of the bytes it received (the ETag of a single PutObject, or
+        of a one-part upload: the MD5 of that MD5, "-1"): when it matches ours, nothing needs
+        reading back. Else (an encrypted bucket's ETag is no MD5) the object is read back."""
+        digest = hashlib.md5(data, usedforsecurity=False)
+        expected = {digest.hexdigest(), hashlib.md5(digest.digest(), usedforsecurity=False).hexdigest() + "-1"}
+        try:
+            with self.fs.open_input_stream(self._path(key)) as f:
+                meta = f.metadata()
+        except OSError as exc:
+            raise StorageError(f'storage "{self.name}": cannot read {key}: {exc}') from exc
+        etag = bytes(meta.get("ETag", b"")).decode(errors="replace").strip('"')
+        size = bytes(meta.get("Content-Length", b"-1")).decode(errors="replace")
+        if size == str(len(data)) and etag in expected:
+            return
+        super().verify(key, data)
 
     def get(self, key: str) -> bytes:
         try:

@@ -636,15 +636,16 @@ def _write_csv(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], stmt
 def _put_object(ctx: UnitContext, leaf: Unit, rows: Any, lo: Any, hi: Any, day: str, tier: int,
                 storage: BaseStorage) -> dict[str, Any]:
     """One object of a day's rows (an Arrow table; ``lo``/``hi``: their earliest and latest
-    instant), written whole, read back and verified (size, SHA-256, row count); its
-    manifest row, not yet inserted."""
+    instant), written whole and verified: the object holds the rows (its Parquet footer's
+    count), and the storage holds exactly its bytes (BaseStorage.verify: read back, or S3's
+    checksum of what it received); its manifest row, not yet inserted."""
     policy = ctx.policy
     data = parquet.encode_table(rows)
+    if parquet.count(data) != rows.num_rows:
+        raise StorageError(f"an object of {rows.num_rows} rows was encoded with {parquet.count(data)}")
     key = f"{object_prefix(policy, storage.name)}date={day}/{leaf.relid}-{ctx.run_id}-{uuid.uuid4().hex}.parquet"
     storage.put(key, data)
-    back = storage.get(key)
-    if len(back) != len(data) or parquet.sha256(back) != parquet.sha256(data) or parquet.count(back) != rows.num_rows:
-        raise StorageError(f'storage "{storage.name}": object {key} read back differs from what was written')
+    storage.verify(key, data)
     return {"relid": policy.relid, "table": policy.name, "tier": tier, "storage": storage.name, "key": key,
             "rows": rows.num_rows, "bytes": len(data), "sha": parquet.sha256(data), "min": lo, "max": hi,
             "run": ctx.run_id}
