@@ -170,8 +170,6 @@ SET TimeZone = 'UTC'
 AS $fn$
 DECLARE
     p ttl.policy;
-    col text;
-    exact boolean;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
     IF NOT FOUND THEN
@@ -181,17 +179,36 @@ BEGIN
         expired := format('((%s) OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)', p.expiration_expression, cutoff);
         RETURN;
     END IF;
-    col := format('%I', ttl._attname(p.relid, p.ttl_attnum));
+    SELECT c.reached, c.bound INTO expired, bound
+      FROM ttl._column_reached_sql(p, p.expire_after, cutoff) c;
+END
+$fn$;
+
+-- The rows of column policy `p` whose column is `after` or more in the past at
+-- `cutoff`, as SQL over the table's columns (ttl.expired_sql with `after` =
+-- ttl_expire_after; storage tiers with theirs): `bound` (ttl._column_bound_sql)
+-- where it says exactly that, one comparison with a constant; else the
+-- column's expiry computed per row, behind the bound when there is one.
+CREATE OR REPLACE FUNCTION ttl._column_reached_sql(p ttl.policy, after interval, cutoff timestamptz,
+                                                   OUT reached text, OUT bound text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+AS $fn$
+DECLARE
+    col text := format('%I', ttl._attname(p.relid, p.ttl_attnum));
+    exact boolean;
+BEGIN
     SELECT b.bound, b.exact INTO bound, exact
-      FROM ttl._column_bound_sql(col, p.ttl_atttypid, p.unit, p.expire_after, cutoff) b;
+      FROM ttl._column_bound_sql(col, p.ttl_atttypid, p.unit, after, cutoff) b;
     IF NOT exact OR bound IS NULL THEN
-        expired := format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
-                          ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after, col), cutoff);
+        reached := format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
+                          ttl._expiry_sql(p.ttl_atttypid, p.unit, after, col), cutoff);
         IF bound IS NOT NULL THEN
-            expired := format('(%s AND %s)', bound, expired);
+            reached := format('(%s AND %s)', bound, reached);
         END IF;
     ELSE
-        expired := bound;
+        reached := bound;
     END IF;
 END
 $fn$;

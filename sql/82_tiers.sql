@@ -244,7 +244,8 @@ DECLARE
     p ttl.policy;
     t ttl.tier;
     next_after interval;
-    col text;
+    this_tier text;
+    next_tier text;
 BEGIN
     IF cutoff > now() THEN
         RAISE EXCEPTION 'cutoff % is later than now(): rows would move early', cutoff
@@ -257,15 +258,14 @@ BEGIN
     END IF;
     SELECT x.after INTO next_after FROM ttl.tier x WHERE x.relid = tbl AND x.position > t.position
      ORDER BY x.position LIMIT 1;
-    col := format('%I', ttl._attname(tbl, p.ttl_attnum));
+    -- reached this tier's `after` (as ttl.expired_sql judges the DELETE: one comparison with a
+    -- constant where that is exact), and not the next one's
+    SELECT c.reached INTO this_tier FROM ttl._column_reached_sql(p, t.after, cutoff) c;
     IF next_after IS NULL AND t.archive_before_delete THEN
-        RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz)',
-                      ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff);
+        RETURN this_tier;
     END IF;
-    next_after := coalesce(next_after, p.expire_after);
-    RETURN format('(%s OPERATOR(pg_catalog.<=) %L::pg_catalog.timestamptz AND %s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
-                  ttl._expiry_sql(p.ttl_atttypid, p.unit, t.after, col), cutoff,
-                  ttl._expiry_sql(p.ttl_atttypid, p.unit, next_after, col), cutoff);
+    SELECT c.reached INTO next_tier FROM ttl._column_reached_sql(p, coalesce(next_after, p.expire_after), cutoff) c;
+    RETURN format('(%s AND NOT %s)', this_tier, next_tier);
 END
 $fn$;
 
