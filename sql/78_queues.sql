@@ -627,7 +627,8 @@ $fn$;
 -- before the cutoff; their rows, re-checked (ttl.expired_sql) and not locked by
 -- the application, are deleted, and with them these entries (the DELETE
 -- trigger removes the entries at the rows' expiry; an earlier one is removed
--- here). Returns (entries read, rows deleted, the last entry's position).
+-- here, matched in memory with the rows deleted: no index probe for the usual
+-- exact entry). Returns (entries read, rows deleted, the last entry's position).
 -- Run as T's owner with names resolving as ttl._table_search_path(T) says.
 CREATE OR REPLACE FUNCTION ttl.queue_drain_sql(tbl oid, shard integer, cutoff timestamptz) RETURNS text
 LANGUAGE plpgsql STABLE
@@ -659,10 +660,10 @@ BEGIN
         '            WHERE q.shard OPERATOR(pg_catalog.=) %3$s AND q.expires_at OPERATOR(pg_catalog.<=) %4$L::pg_catalog.timestamptz'
         '              AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %1$s) OPERATOR(pg_catalog.>) (%5$s))'
         '            ORDER BY q.expires_at, %1$s LIMIT $2),'
-        ' d AS (DELETE FROM %6$s WHERE %7$s AND %8$s RETURNING %9$s),'
-        ' e AS (DELETE FROM ONLY %2$s q USING b WHERE q.shard OPERATOR(pg_catalog.=) %3$s'
-        '         AND q.expires_at OPERATOR(pg_catalog.=) b.expires_at'
-        '         AND (%13$s) = (%10$s) AND (%10$s) IN (SELECT * FROM d))'
+        ' d AS (DELETE FROM %6$s WHERE %7$s AND %8$s RETURNING %9$s, %12$s AS pg_ttl_expiry),'
+        ' e AS (DELETE FROM ONLY %2$s q USING b, d WHERE q.shard OPERATOR(pg_catalog.=) %3$s'
+        '         AND q.expires_at OPERATOR(pg_catalog.=) b.expires_at AND (%13$s) = (%10$s)'
+        '         AND (%10$s) = (%14$s) AND b.expires_at IS DISTINCT FROM d.pg_ttl_expiry)'
         ' SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM d),'
         '        (SELECT pg_catalog.jsonb_build_array(b.expires_at, %10$s) FROM b ORDER BY b.expires_at DESC, %11$s LIMIT 1)',
         (SELECT string_agg('q.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
@@ -670,8 +671,9 @@ BEGIN
                                            WHERE q2.relid = tbl), shard)),
         shard, cutoff, ttl._queue_pos_sql(s.types, 1),
         s.src, doomed, expired, array_to_string(s.keys, ', '), bks,
-        (SELECT string_agg('b.' || s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i), NULL,
-        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k));
+        (SELECT string_agg('b.' || s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i), s.expiry,
+        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k),
+        (SELECT string_agg('d.' || k, ', ') FROM unnest(s.keys) k));
 END
 $fn$;
 
