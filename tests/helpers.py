@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -40,3 +46,24 @@ def wait_for_engine_gone(db: psycopg.Connection[Any], seconds: float = 10) -> No
         if gone == (0,):
             return
         time.sleep(0.05)
+
+
+@contextmanager
+def engine_killed_at(db: psycopg.Connection[Any], dsn: str, table: str, statement: str,
+                     release: Callable[[], None]) -> Iterator[None]:
+    """``pg-ttl run TABLE`` in a process of its own, until its session waits on a lock in a
+    statement starting with ``statement`` (held by the caller); the body runs then; then
+    the process is killed (kill -9), ``release`` frees the lock, and the server ends the
+    engine's session."""
+    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", table, "--quiet", "--dsn", dsn],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        wait_for_engine_lock_wait(db, statement)
+        yield
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+        release()
+    wait_for_engine_gone(db)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from pg_ttl.archive.restore import restore
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
 from tests.conftest import dsn_of
-from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
+from tests.helpers import engine_killed_at, wait_for_engine_lock_wait
 
 COLS = "id, created_at, amount, note, tags::text"
 
@@ -296,17 +295,9 @@ def test_killed_between_writing_and_deleting_loses_and_duplicates_nothing(db: ps
     db.commit()
     blocker = connect(autocommit=False)
     blocker.execute("LOCK TABLE ttl.archive IN SHARE MODE")  # lets the batch delete and write, not list
-    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "events", "--quiet", "--dsn", dsn],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    try:
-        wait_for_engine_lock_wait(db, "%INSERT INTO ttl.archive")
-        written = list(tmp_path.rglob("*.parquet"))
-        assert written  # the object was written and verified before its manifest row and the commit
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(30)
-        blocker.rollback()
-    wait_for_engine_gone(db)
+    with engine_killed_at(db, dsn, "events", "%INSERT INTO ttl.archive", blocker.rollback):
+        # the object was written and verified before its manifest row and the commit
+        assert list(tmp_path.rglob("*.parquet"))
     # nothing committed: every row still here, no object listed, the written one unlisted
     assert db.execute("SELECT count(*) FROM events").fetchone() == (60,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
@@ -628,17 +619,9 @@ def test_killed_before_the_source_commits_a_prepared_export_is_rolled_back(
     db.commit()
     blocker = connect(autocommit=False)
     blocker.execute("LOCK TABLE ttl.archive IN SHARE MODE")  # the export is prepared there, then waits to be listed
-    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "pev", "--quiet", "--dsn", dsn],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    try:
-        wait_for_engine_lock_wait(db, "%INSERT INTO ttl.archive")
+    with engine_killed_at(db, dsn, "pev", "%INSERT INTO ttl.archive", blocker.rollback):
         [gid] = _prepared(target)  # durable there, not visible
         assert gid.startswith("pg_ttl_export_")
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(30)
-        blocker.rollback()
-    wait_for_engine_gone(db)
     assert target.execute("SELECT count(*) FROM history.pev").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM pev_old").fetchone() == (10,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)

@@ -6,10 +6,6 @@ and no row is ever lost or archived twice."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +16,7 @@ import pytest
 
 from pg_ttl.archive.storage import StorageError
 from pg_ttl.expire import expire, partitions, tiers
-from tests.helpers import wait_for_engine_gone, wait_for_engine_lock_wait
+from tests.helpers import engine_killed_at
 from tests.test_tiers import _check_objects, _manifest
 
 ALL_IDS = [*range(1, 51), 71]  # the rows past the tier: 1-40 in pev_old, 41-50 in pev_mid, 71 in the default
@@ -193,16 +189,8 @@ def test_killed_before_the_drop_loses_and_duplicates_nothing(db: psycopg.Connect
     db.commit()
     blocker = connect(autocommit=False)
     blocker.execute("SELECT 1 FROM pev LIMIT 0")  # a reader of pev: the DROP waits for it
-    proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "pev", "--quiet", "--dsn", dsn],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    try:
-        wait_for_engine_lock_wait(db, "DROP TABLE")
+    with engine_killed_at(db, dsn, "pev", "DROP TABLE", blocker.rollback):
         assert list(tmp_path.rglob("*.parquet"))  # written and verified, listed in the open transaction
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(30)
-        blocker.rollback()
-    wait_for_engine_gone(db)
     # nothing committed: every row still in the table, nothing listed
     assert db.execute("SELECT count(*) FROM pev").fetchone() == (72,)
     assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (0,)
