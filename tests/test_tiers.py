@@ -1,4 +1,4 @@
-"""Tiers (sql/82_tiers.sql, pg_ttl/expire/tiers.py, pg_ttl/archive): rows that
+"""Tiers (sql/82_tiers.sql, pg_ttl/expire/tiers/, pg_ttl/archive): rows that
 reach a storage tier are written to a directory as Parquet, verified, recorded
 and deleted in one transaction; DuckDB reads them back as they left; restore is
 idempotent; a crash between writing and deleting loses and duplicates nothing."""

@@ -1,4 +1,4 @@
-"""Tiers and whole partitions (sql/82_tiers.sql: ttl.partition_tier, pg_ttl/expire/tiers.py): a
+"""Tiers and whole partitions (sql/82_tiers.sql: ttl.partition_tier, pg_ttl/expire/tiers/): a
 range partition on the TTL column whose every row reached a storage tier is exported whole
 (verified objects, listed in the manifest) and dropped or detached in the transaction that lists
 them; a partition the application holds, writes to meanwhile, or that a crash interrupts stays,
@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from pg_ttl.archive.storage import StorageError
-from pg_ttl.expire import expire, partitions, tiers
+from pg_ttl.expire import expire, partitions
+from pg_ttl.expire.tiers import exports
 from tests.helpers import engine_killed_at
 from tests.test_tiers import _check_objects, _manifest
 
@@ -83,7 +84,7 @@ def _objects_of(db: psycopg.Connection[Any], oids: list[int]) -> dict[str, tuple
 
 def test_a_partition_past_a_tier_goes_whole_and_the_others_as_before(db: psycopg.Connection[Any], dsn: str,
                                                                     tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(tiers, "OBJECT_ROWS", 4)  # several objects a day
+    monkeypatch.setattr(exports, "OBJECT_ROWS", 4)  # several objects a day
     _pev(db, tmp_path)
     old = db.execute("SELECT 'pev_old'::regclass::oid::int8").fetchone()
     assert old is not None
@@ -163,7 +164,7 @@ def test_a_failure_between_writing_and_dropping_loses_and_duplicates_nothing(
         raise StorageError("simulated: the drop fails")
 
     monkeypatch.setattr(partitions, "remove_in_transaction", fail)
-    monkeypatch.setattr(tiers, "_remove_objects", lambda storage, keys: None)  # a crash removes nothing
+    monkeypatch.setattr(exports, "remove_objects", lambda storage, keys: None)  # a crash removes nothing
     [archived, _] = expire(dsn, ["pev"])
     assert archived.status == "failed" and listed_in_failed and listed_in_failed[0] > 0
     assert _units(db, archived.run_id)["pev_old"][2] == "failed"
@@ -231,13 +232,13 @@ def test_a_partition_written_to_while_it_is_exported_stays(db: psycopg.Connectio
     objects go, and the rows move batch by batch: the archive holds the row as it is now."""
     _pev(db, tmp_path)
     app = connect()
-    read_leaf = tiers._read_leaf
+    read_leaf = exports._read_leaf
 
     def then_update(*args: Any) -> None:
         read_leaf(*args)
         app.execute("UPDATE pev SET note = 'changed' WHERE id = 3")
 
-    monkeypatch.setattr(tiers, "_read_leaf", then_update)
+    monkeypatch.setattr(exports, "_read_leaf", then_update)
     [archived, _] = expire(dsn, ["pev"])
     assert archived.status == "ok" and archived.rows_deleted == 51
     assert _units(db, archived.run_id)["pev_old"] == ("archive", "ctid", "ok", 40)

@@ -78,7 +78,7 @@ class PostgresTarget:
         except psycopg.Error as exc:
             raise StorageError(f'storage "{self.name}": {str(exc).strip()}') from exc
 
-    # A partition exported whole (tiers.py) goes to the target in one transaction prepared
+    # A partition exported whole (pg_ttl/expire/tiers/exports.py) goes to the target in one transaction prepared
     # there (PREPARE TRANSACTION) before the source lists it and drops the partition, then
     # committed: a crash in between leaves it prepared, decided by the next run from the
     # source's manifest. Needs max_prepared_transactions > 0 on the target's server.

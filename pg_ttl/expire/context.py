@@ -90,7 +90,7 @@ class UnitContext:
     selected: int = 0  # rows, committed (rows.py)
     deleted: int = 0
     values_nulled: int = 0  # column values, committed (columns.py)
-    removed: str | None = None  # 'drop' | 'detach': a partition exported whole went (tiers.py)
+    removed: str | None = None  # 'drop' | 'detach': a partition exported whole went (tiers/exports.py)
     lock_timeout: str | None = None  # the session's lock_timeout when rows.py changed it
     block_delete: dict[bool, str] = field(default_factory=dict)  # rows.py: DELETE by skip_locked
 

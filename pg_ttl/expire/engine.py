@@ -37,7 +37,7 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
         settings = EngineSettings.load(conn)
         conn.execute(
             "SELECT pg_catalog.set_config('TimeZone', 'UTC', false), "
-            # the text forms archived rows are read in (tiers.py): ISO dates, hex bytea, exact floats
+            # the text forms archived rows are read in (tiers/batches.py): ISO dates, hex bytea, exact floats
             "pg_catalog.set_config('DateStyle', 'ISO, YMD', false), "
             "pg_catalog.set_config('bytea_output', 'hex', false), "
             "pg_catalog.set_config('extra_float_digits', '1', false), "

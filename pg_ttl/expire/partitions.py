@@ -5,7 +5,7 @@ connection we can issue it (pg_partman cannot, its issue 677). The server
 refuses it when the parent has a default partition: then a plain DETACH under
 lock_timeout. A CONCURRENTLY detach interrupted between its two transactions
 leaves the partition "detach pending"; units.py hands it back and we FINALIZE.
-A partition exported whole to a storage tier (tiers.py) is dropped, or
+A partition exported whole to a storage tier (tiers/exports.py) is dropped, or
 detached plainly, in the transaction that lists its objects
 (remove_in_transaction).
 
@@ -107,7 +107,7 @@ def detach_partition(ctx: UnitContext) -> str:
 def remove_in_transaction(ctx: UnitContext) -> str:
     """Drop the unit's partition, or detach it (plain: CONCURRENTLY cannot run in a
     transaction block) and move it to detach_schema, per ttl_partition_action, in the
-    caller's transaction (tiers.py: the one that lists the partition's objects). Returns
+    caller's transaction (tiers/exports.py: the one that lists the partition's objects). Returns
     the action done, 'drop' or 'detach'."""
     unit, conn = ctx.unit, ctx.conn
     _timeouts(ctx)

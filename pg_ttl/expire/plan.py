@@ -157,7 +157,7 @@ def _plan_tiers(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: dat
 
 def _plan_export(conn: psycopg.Connection[Any], policy: EnginePolicy, unit: Unit) -> UnitPlan:
     """A partition every row of which reached a storage tier: all its rows go to that tier,
-    then it is dropped or detached (tiers.py)."""
+    then it is dropped or detached (tiers/exports.py)."""
     when = conn.execute("SELECT ttl.row_time_sql(%s)", (policy.relid,)).fetchone()
     assert when is not None and when[0] is not None
     row = conn.execute(sql.SQL(

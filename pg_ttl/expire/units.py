@@ -11,7 +11,7 @@ Everything else (hash and list partitions, default partitions, partitions with
 a live bound, expressions we cannot prove monotone) is a ``delete`` unit
 processed row by row.
 
-A table with tiers gets ``archive`` units first (tiers.py): its leaves, swept
+A table with tiers gets ``archive`` units first (tiers/): its leaves, swept
 row range by row range, except that a range partition on the TTL column whose
 upper bound has reached a storage tier is one unit (``tier`` set), exported
 whole and then dropped or detached.
@@ -66,7 +66,7 @@ class Unit:
     # judged by the writes it received (per-row TTL): judged again under the partition's lock
     recheck: bool = False
     # an archive unit: the storage tier (position) every row of this range partition has
-    # reached, so it is exported whole, then dropped or detached (tiers.py); None: row ranges
+    # reached, so it is exported whole, then dropped or detached (tiers/exports.py); None: row ranges
     tier: int | None = None
 
     @property

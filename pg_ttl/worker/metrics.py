@@ -152,7 +152,7 @@ class WorkerMetrics:
         if archive_units:
             from pg_ttl.expire.tiers import moved
 
-            for m in moved(result.run_id, archive_units):  # per storage tier (pg_ttl/expire/tiers.py)
+            for m in moved(result.run_id, archive_units):  # per storage tier (pg_ttl/expire/tiers/objects.py)
                 tier = (m.storage, str(m.tier))
                 self._tier_series.setdefault(labels, set()).add(tier)
                 self.archive_bytes.labels(*labels, *tier).inc(m.bytes)
