@@ -28,6 +28,7 @@ AS $fn$
 DECLARE
     e_state text; e_message text; e_detail text; e_hint text;  -- for the error handler
     scheme text := lower(substring(url FROM '^([A-Za-z][A-Za-z0-9+.-]*)://'));
+    unknown text;
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z_][A-Za-z0-9_-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid storage name "%"', name USING ERRCODE = 'invalid_parameter_value',
@@ -48,6 +49,14 @@ BEGIN
         IF url !~ '^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?]*)?(\?([a-z_]+=[^&]*)(&[a-z_]+=[^&]*)*)?$' THEN
             RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',
                 HINT = 's3://bucket/prefix?endpoint=http://host:port&region=us-east-1 (endpoint and region optional).';
+        END IF;
+        SELECT string_agg(DISTINCT m[1], ', ') INTO unknown
+          FROM regexp_matches(url, '[?&]([a-z_]+)=', 'g') m
+         WHERE m[1] NOT IN ('endpoint', 'region', 'credentials_file', 'profile');
+        IF unknown IS NOT NULL THEN
+            RAISE EXCEPTION 'storage "%": unknown setting % in "%"', name, unknown, url
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'An S3 storage takes endpoint, region, credentials_file (an AWS credentials file on the engine''s machine) and profile.';
         END IF;
     ELSIF scheme IS DISTINCT FROM 'file' OR url !~ '^file:///.' THEN
         RAISE EXCEPTION 'storage "%": invalid URL "%"', name, url USING ERRCODE = 'invalid_parameter_value',

@@ -103,6 +103,7 @@ def _tiers(text: str) -> str:
     ("SELECT ttl.create_storage('cold', 's3://bucket/x?secret_key=abc')", "credentials are never stored"),
     ("SELECT ttl.create_storage('cold', 's3://key:secret@bucket/x')", "credentials are never stored"),
     ("SELECT ttl.create_storage('cold', 's3://B_ad/x')", "invalid URL"),
+    ("SELECT ttl.create_storage('cold', 's3://bucket/x?regoin=eu-west-1')", 'unknown setting regoin'),
     ("SELECT ttl.create_storage('bad', 'ftp://host/x')", "invalid URL"),
     ("SELECT ttl.create_storage('local', 'file:///tmp')", "already exists"),
     ("SELECT ttl.set_option('events', 'expire_after', '20 days')", "not before the final DELETE"),
@@ -396,6 +397,43 @@ def test_s3_objects_are_verified_by_the_checksum_s3_computed(s3: Any, monkeypatc
         store.verify("a.parquet", b"written bytes")
     with pytest.raises(StorageError, match="read back differs"):
         store.verify("a.parquet", b"other  bytes!")  # same size, another checksum: read back, and wrong
+
+
+def test_s3_credentials_from_a_file_the_storage_names(db: psycopg.Connection[Any], dsn: str, s3: Any,
+                                                      tmp_path: Path, monkeypatch: Any) -> None:
+    """``credentials_file`` and ``profile``: the keys of that profile, not the environment's; a
+    missing file or profile is an error naming them (never their contents)."""
+    from pg_ttl.archive.storage import ObjectStore, StorageError
+
+    endpoint, _client = s3
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = defaultsecret\n"
+                     "[archive]\naws_access_key_id = ARCHIVEKEY\naws_secret_access_key = archivesecret\n"
+                     "aws_session_token = archivetoken\n")
+    base = f"s3://archive-bucket/{uuid4().hex}?endpoint={endpoint}&region=us-east-1"
+
+    def keys(url: str) -> tuple[str, str, str]:
+        options = ObjectStore("cold", url).fs.__reduce__()[1][0]  # what the S3 client was given
+        return options["access_key"], options["secret_key"], options["session_token"]
+
+    assert keys(f"{base}&credentials_file={creds}&profile=archive") == ("ARCHIVEKEY", "archivesecret", "archivetoken")
+    assert keys(f"{base}&credentials_file={creds}") == ("DEFAULTKEY", "defaultsecret", "")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))  # profile alone: the shared file's
+    assert keys(f"{base}&profile=archive")[0] == "ARCHIVEKEY"
+    with pytest.raises(StorageError, match='has no profile "nope"') as refused:
+        ObjectStore("cold", f"{base}&credentials_file={creds}&profile=nope")
+    assert "archivesecret" not in str(refused.value) and "defaultsecret" not in str(refused.value)
+    with pytest.raises(StorageError, match="cannot read the credentials file"):
+        ObjectStore("cold", f"{base}&credentials_file={tmp_path}/missing")
+    # the engine moves rows with them, none in its environment (moto takes any key)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    _events(db, tmp_path / "unused")
+    db.execute("SELECT ttl.create_storage('cold', %s)", (f"{base}&credentials_file={creds}&profile=archive",))
+    db.execute("""SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "cold"}]')""")
+    db.commit()
+    [archived, _] = expire(dsn, ["events"])
+    assert archived.status == "ok" and archived.rows_deleted == 30
 
 
 def test_a_partition_past_a_tier_goes_whole_to_s3(db: psycopg.Connection[Any], dsn: str, s3: Any) -> None:

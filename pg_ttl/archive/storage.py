@@ -7,7 +7,9 @@
   S3-compatible object store (pyarrow's S3 client); an object appears whole
   when its upload completes. Credentials come from the standard AWS variables
   (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or profile of
-  the engine's environment, never from the catalog.
+  the engine's environment, or from an AWS credentials file the URL names
+  (``credentials_file=/path``, ``profile=name``: a section of it, or of the
+  usual shared credentials file), never from the catalog.
 - ``postgresql://user@host:port/db?schema=archive``: a table of the same shape in
   another database (pg_ttl.archive.postgres).
 """
@@ -138,8 +140,33 @@ class ObjectStore(BaseStorage):
             endpoint = urlparse(query["endpoint"])
             options["endpoint_override"] = endpoint.netloc or endpoint.path
             options["scheme"] = endpoint.scheme or "https"
+        if "credentials_file" in query or "profile" in query:
+            options.update(self._credentials(query.get("credentials_file"), query.get("profile", "default")))
         self.fs = pafs.S3FileSystem(**options)
         self._pafs = pafs
+
+    def _credentials(self, path: str | None, profile: str) -> dict[str, str]:
+        """The keys of ``profile`` in an AWS credentials file (INI: aws_access_key_id,
+        aws_secret_access_key, aws_session_token): ``path``, else the shared one
+        (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials)."""
+        import configparser
+
+        file = Path(path or os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or Path.home() / ".aws" / "credentials")
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            with file.open(encoding="utf-8") as f:
+                parser.read_file(f)
+        except (OSError, configparser.Error) as exc:
+            raise StorageError(f'storage "{self.name}": cannot read the credentials file {file}: {exc}') from exc
+        if not parser.has_section(profile) or not parser.has_option(profile, "aws_access_key_id") \
+                or not parser.has_option(profile, "aws_secret_access_key"):
+            raise StorageError(f'storage "{self.name}": the credentials file {file} has no profile "{profile}" with '
+                               "aws_access_key_id and aws_secret_access_key")
+        keys = {"access_key": parser.get(profile, "aws_access_key_id"),
+                "secret_key": parser.get(profile, "aws_secret_access_key")}
+        if parser.has_option(profile, "aws_session_token"):
+            keys["session_token"] = parser.get(profile, "aws_session_token")
+        return keys
 
     def _path(self, key: str) -> str:
         if ".." in key.split("/"):
