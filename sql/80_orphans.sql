@@ -285,11 +285,7 @@ DECLARE
     aliases text;
     conds text;
     nconds integer;
-    age_typ regtype;
-    age_term text;
-    age_from interval;
-    age_bound text;
-    age_exact boolean;
+    age ttl.policy;  -- the age column, as the TTL column of a column policy
     age_sql text;
 BEGIN
     SELECT * INTO o FROM ttl.orphan_policy WHERE relid = tbl;
@@ -339,26 +335,17 @@ BEGIN
             (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
             (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
     END LOOP;
-    age_typ := (SELECT atttypid FROM pg_attribute WHERE attrelid = o.relid AND attnum = o.age_attnum)::regtype;
-    age_term := format('%I', ttl._attname(o.relid, o.age_attnum));
-    -- A row dated D may have been written until the end of D: its age counts from D + 1.
-    age_from := CASE WHEN age_typ = 'pg_catalog.date'::regtype THEN interval '1 day' ELSE interval '0' END;
-    -- Old enough: the age column against a constant (one comparison per row, not the
-    -- expiry arithmetic), with the exact expiry only where months make them differ.
-    SELECT b.bound, b.exact INTO age_bound, age_exact
-      FROM ttl._column_bound_sql(age_term, age_typ, o.age_unit, o.min_age + age_from, cutoff) b;
-    IF age_exact AND age_bound IS NOT NULL THEN
-        age_sql := age_bound;
-    ELSE
-        IF age_typ = 'pg_catalog.date'::regtype THEN
-            age_term := format('(%s OPERATOR(pg_catalog.+) 1)', age_term);
-        END IF;
-        age_sql := format('(%s) OPERATOR(pg_catalog.<=) %L::timestamptz',
-                          ttl._expiry_sql(age_typ, o.age_unit, o.min_age, age_term), cutoff);
-        IF age_bound IS NOT NULL THEN
-            age_sql := format('%s AND %s', age_bound, age_sql);
-        END IF;
-    END IF;
+    -- Old enough: the age column as a column policy's TTL column with min_age as its
+    -- TTL (ttl._column_reached_sql: one comparison with a constant where that is exact).
+    age.relid := o.relid;
+    age.ttl_attnum := o.age_attnum;
+    age.ttl_atttypid := (SELECT atttypid FROM pg_attribute WHERE attrelid = o.relid AND attnum = o.age_attnum);
+    age.unit := o.age_unit;
+    -- A row dated D may have been written until the end of D: its age counts from D + 1
+    -- (months first, then the day: never before the end of D plus min_age).
+    SELECT c.reached INTO age_sql
+      FROM ttl._column_reached_sql(age, o.min_age + CASE WHEN age.ttl_atttypid = 'pg_catalog.date'::regtype
+                                                         THEN interval '1 day' ELSE interval '0' END, cutoff) c;
     RETURN format('(%s%s)', lookups, age_sql);
 END
 $fn$;

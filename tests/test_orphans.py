@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -123,6 +124,19 @@ def test_min_age_is_exact_in_every_age_column_type(conn: Conn, dsn: str, typ: st
     [res] = expire(dsn, ["aged"], cutoff=cutoff)
     assert res.status == "ok", res.error
     assert conn.execute("SELECT hash FROM aged").fetchall() == [("younger",)]
+
+
+def test_a_date_age_counts_from_the_end_of_its_day_with_months_too(conn: Conn, dsn: str) -> None:
+    """A row dated Jan 28 may have been written at 23:59: a month old only at Feb 28
+    23:59 (2025: the month ends on the 28th), so a run at Feb 28 12:00 keeps it; one
+    dated Jan 27 is a month old by Feb 27 23:59 and goes."""
+    conn.execute("CREATE TABLE daily (hash text, day date)")
+    conn.execute("INSERT INTO daily VALUES ('27', '2025-01-27'), ('28', '2025-01-28'), ('30', '2025-01-30'),"
+                 " ('31', '2025-01-31')")
+    conn.execute("SELECT ttl.enable_orphans('daily', '{hash}', 'metadata', min_age => '1 month', age_column => 'day')")
+    [res] = expire(dsn, ["daily"], cutoff=datetime(2025, 2, 28, 12, tzinfo=UTC))
+    assert res.status == "ok", res.error
+    assert sorted(r[0] for r in conn.execute("SELECT hash FROM daily")) == ["28", "30", "31"]
 
 
 def test_a_child_with_several_parents_is_an_orphan_when_none_has_its_key(conn: Conn, dsn: str, cli: Any) -> None:
