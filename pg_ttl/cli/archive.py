@@ -11,7 +11,9 @@ from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_insta
 EXAMPLES = """\
 examples:
   pg-ttl storage create local file:///var/lib/pg-ttl/archive
-  pg-ttl storage check local             # writable, readable, from this machine
+  pg-ttl storage create cold 's3://archive-bucket/pg?region=eu-west-1&credentials_file=/etc/pg-ttl/cold.ini'
+  pg-ttl storage create history 'postgresql://archiver@history-db/app?schema=archive'
+  pg-ttl storage check cold              # writable, readable, credentials work, from this machine
   psql -c "SELECT ttl.set_tiers('events', '[{\\"after\\": \\"30 days\\", \\"to\\": \\"local\\"}]')"
   pg-ttl archive list events             # the objects tiers wrote: rows, time range, checksum
   pg-ttl restore events --from 2026-01-01 --to 2026-02-01
@@ -24,15 +26,18 @@ then delete the rows. A restored row is expired again: pause the table's TTL
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    st = sub.add_parser("storage", help="where tiers move expiring rows (a directory)",
+    st = sub.add_parser("storage", help="where tiers move expiring rows (a directory, S3, another PostgreSQL)",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = st.add_subparsers(dest="storage_command", metavar="ACTION", required=True)
-    c = cmds.add_parser("create", help="name a storage (file:///absolute/directory)")
+    c = cmds.add_parser("create", help="name a storage (a directory, S3, another PostgreSQL)")
     c.add_argument("name")
-    c.add_argument("url", help="file:///absolute/directory (on the machine the worker runs on)")
+    c.add_argument("url", help="file:///absolute/directory (on the machine the worker runs on), "
+                               "s3://bucket/prefix?endpoint=...&region=...&credentials_file=...&profile=..., or "
+                               "postgresql://user@host/db?schema=archive (no password: PGPASSWORD or ~/.pgpass)")
     add_dsn(c)
     c.set_defaults(func=cmd_storage_create)
-    k = cmds.add_parser("check", help="write, read back and delete a probe object")
+    k = cmds.add_parser("check", help="write, read back and delete a probe object (PostgreSQL: connect, "
+                                      "create its schema)")
     k.add_argument("name")
     add_dsn(k)
     k.set_defaults(func=cmd_storage_check)
