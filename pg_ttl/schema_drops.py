@@ -49,4 +49,6 @@ REMOVED: tuple[Removed, ...] = (
     # An orphan policy may have several parent tables (parents).
     Removed("0013", "function",
             "ttl.enable_orphans(regclass, text[], regclass, text[], interval, name, text, text, bigint, integer)"),
+    # Releasing a unit's claim is told whether it is shared (no lock table read per unit).
+    Removed("0014", "function", "ttl._release_claim(oid)"),
 )

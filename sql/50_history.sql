@@ -209,16 +209,21 @@ AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
 $fn$;
 
--- The caller's claim on a unit released, shared (orphans) or not.
-CREATE OR REPLACE FUNCTION ttl._release_claim(unit oid) RETURNS void
+-- The caller's claim on a unit released: shared (orphans) or not; NULL: as the
+-- caller holds it (a unit that failed before its history row was written).
+CREATE OR REPLACE FUNCTION ttl._release_claim(unit oid, shared boolean) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_locks l
-                WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
-                  AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                  AND ((l.classid::int8 << 32) | l.objid::int8) = ttl._claim_key(unit)) THEN
+    IF shared IS NULL THEN
+        shared := EXISTS (SELECT 1 FROM pg_locks l
+                           WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
+                             AND l.objsubid = 1
+                             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                             AND ((l.classid::int8 << 32) | l.objid::int8) = ttl._claim_key(unit));
+    END IF;
+    IF shared THEN
         PERFORM pg_advisory_unlock_shared(ttl._claim_key(unit));
     ELSE
         PERFORM pg_advisory_unlock(ttl._claim_key(unit));
@@ -272,7 +277,7 @@ BEGIN
             reason := 'the partition was dropped during the run';
         END IF;
         IF reason IS NOT NULL THEN
-            PERFORM ttl._release_claim(unit);
+            PERFORM ttl._release_claim(unit, unit_action = 'orphans');
         END IF;
     END IF;
     IF reason IS NOT NULL THEN
@@ -294,6 +299,7 @@ BEGIN
     IF finish THEN
         PERFORM ttl._finish_unit(run, unit, unit_status, unit_error);
     END IF;
-    PERFORM ttl._release_claim(unit);
+    PERFORM ttl._release_claim(unit, (SELECT u.action = 'orphans' FROM ttl.run_unit u
+                                       WHERE u.run_id = run AND u.unit_relid = unit));
 END
 $fn$;
