@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import signal
+import tempfile
 from typing import Any
 
 import psycopg
 from rich.table import Table
 
 from pg_ttl import catalog, install
+from pg_ttl.archive.storage import StorageError
 from pg_ttl.cli.common import console
 from pg_ttl.localserver import LocalServer
 
@@ -33,8 +35,9 @@ def register(sub: Any) -> None:
         "demo",
         help="try pg_ttl on a throwaway local PostgreSQL (no setup)",
         description="Start a throwaway PostgreSQL (system binaries, or the pgserver wheel), install pg_ttl, "
-        "create a sample table with a 30-day TTL and rows of mixed ages, show what is expired, run one "
-        "expiration pass and show what it deleted. The server and its files are removed on exit, also on Ctrl-C.",
+        "create a sample table with a 30-day TTL, a 14-day tier to a temporary directory and rows of mixed ages, "
+        "show what is expired, run one expiration pass and show what it moved and deleted. The server, the "
+        "archive and their files are removed on exit, also on Ctrl-C.",
     )
     p.add_argument("--rows", type=int, default=6000, help="sample rows to insert (default 6000)")
     p.set_defaults(func=cmd_demo)
@@ -73,28 +76,55 @@ def run_demo(conn: psycopg.Connection[Any], dsn: str, rows: int) -> None:
     console.print(f"[bold]4.[/] {sql}")
     policy = catalog.list_policies(conn)[0]
     console.print(f"    policy: {policy.table_name} expires at {policy.expiry_description}, runs {policy.job_cron}")
-    console.print(_by_state(conn, "events by expiry state, before"))
-    console.print("[bold]5.[/] pg-ttl run events  (one expiration pass; `pg-ttl worker` runs them on schedule)")
-    [result] = expire(dsn, ["events"])
-    for unit in result.units:
-        console.print(f"    {unit.unit}: {unit.action} ({unit.strategy or '-'}), {unit.rows_deleted} expired rows "
-                      f"deleted in {unit.duration:.3f} s, status {unit.status}")
-    console.print(_by_state(conn, "events by expiry state, after"))
+    with tempfile.TemporaryDirectory(prefix="pg-ttl-demo-archive-") as archive:
+        tiered = _add_tier(conn, archive)
+        console.print(_by_state(conn, "events by expiry state, before", tiered))
+        console.print("[bold]5.[/] pg-ttl run events  (one expiration pass; `pg-ttl worker` runs them on schedule)")
+        for result in expire(dsn, ["events"]):
+            for unit in result.units:
+                done = "moved to storage local" if unit.action == "archive" else "expired rows deleted"
+                console.print(f"    {unit.unit}: {unit.action} ({unit.strategy or '-'}), {unit.rows_deleted} {done} "
+                              f"in {unit.duration:.3f} s, status {unit.status}")
+        console.print(_by_state(conn, "events by expiry state, after", tiered))
+        if tiered:
+            objects, moved = conn.execute("SELECT count(*), coalesce(sum(rows), 0) FROM ttl.archive").fetchone() \
+                or (0, 0)
+            console.print(f"    archive (pg-ttl archive list events): {moved} rows in {objects} Parquet objects under "
+                          f"{archive}, each read back and verified; pg-ttl restore events brings them back")
     row = conn.execute("SELECT status, rows_deleted, duration FROM ttl.last_run WHERE table_name = 'events'").fetchone()
     if row is not None:
         console.print(f"    run history (SELECT * FROM ttl.last_run): status {row[0]}, {row[1]} rows deleted, "
                       f"took {row[2]}")
 
 
-def _by_state(conn: psycopg.Connection[Any], title: str) -> Table:
+def _add_tier(conn: psycopg.Connection[Any], directory: str) -> bool:
+    """A storage tier to a temporary directory: rows 14 days old move there as Parquet before
+    the 30-day TTL deletes them (needs pyarrow, the archive extra)."""
+    try:
+        from pg_ttl.archive import parquet
+
+        parquet.load()
+    except StorageError:
+        console.print("    (tiers: pip install 'pg-ttl[archive]' to see rows moved to storage first)")
+        return False
+    conn.execute("SELECT ttl.create_storage('local', %s)", (f"file://{directory}",))
+    sql = """SELECT ttl.set_tiers('events', '[{"after": "14 days", "to": "local"}]')"""
+    conn.execute(sql)
+    console.print(f"    {sql}  (storage local: {directory})")
+    return True
+
+
+def _by_state(conn: psycopg.Connection[Any], title: str, tiered: bool) -> Table:
     counts = Table(title=title)
     counts.add_column("state")
     counts.add_column("rows", justify="right")
     counts.add_column("oldest created_at")
     for state, n, oldest in conn.execute(
-        """SELECT CASE WHEN created_at + interval '30 days' <= now() THEN 'expired' ELSE 'live' END AS state,
+        """SELECT CASE WHEN created_at + interval '30 days' <= now() THEN 'expired'
+                       WHEN %s AND created_at + interval '14 days' <= now() THEN 'past the tier'
+                       ELSE 'live' END AS state,
                   count(*), min(created_at)::date
-             FROM events GROUP BY 1 ORDER BY 1"""
+             FROM events GROUP BY 1 ORDER BY 3""", (tiered,)
     ):
         counts.add_row(str(state), str(n), str(oldest))
     return counts
