@@ -337,6 +337,54 @@ def test_a_partitioned_tables_queue_follows_writes_through_it_and_into_its_parti
     assert _queue_triggers(db) == {}
 
 
+def _assert_rows_have_early_entries(db: psycopg.Connection[Any], table: str) -> None:
+    """Every row with an expiry (ttl.expires_at: pg_ttl's own reading of it) has an entry at
+    or before it, and queue_verify agrees."""
+    first = {str(k): e for k, e in _first_entries_by_text_key(db, table).items()}
+    rows = db.execute(f"SELECT path, ttl.expires_at(p) FROM {table} p").fetchall()
+    assert rows and all(e is None or (k in first and first[k] <= e) for k, e in rows)
+    assert db.execute("SELECT missing, late FROM ttl.queue_verify(%s)", (table,)).fetchone() == (0, 0)
+
+
+def _first_entries_by_text_key(db: psycopg.Connection[Any], table: str) -> dict[str, datetime]:
+    name = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue WHERE relid = %s::regclass",
+                      (table,)).fetchone()
+    assert name is not None
+    first: dict[str, datetime] = {}
+    for k, e in db.execute(f"SELECT k1, expires_at FROM {name[0]}").fetchall():
+        first[k] = min(e, first.get(k, e))
+    return first
+
+
+def test_per_row_and_cql_style_tables_keep_early_entries(db: psycopg.Connection[Any], dsn: str) -> None:
+    from pg_ttl.ddl.apply import apply
+
+    db.execute("CREATE TABLE pr (path text PRIMARY KEY, views int)")
+    db.execute("SELECT ttl.enable('pr', expire_after => '1 day')")  # per-row TTL: its expiry column
+    apply(db, "CREATE TABLE pv (path text PRIMARY KEY, views int) WITH (default_time_to_live = 86400);", "m.sql")
+    for table in ("pr", "pv"):
+        db.execute("SELECT ttl.set_option(%s, 'queue_shards', '2')", (table,))
+        db.execute(f"INSERT INTO {table} (path, views) SELECT 'p' || g, 0 FROM generate_series(1, 20) g")
+    db.commit()
+    when = dict(db.execute("SELECT tgrelid::regclass::text, pg_get_triggerdef(oid) FROM pg_trigger"
+                           " WHERE tgname = 'ttl_queue_update'").fetchall())
+    assert "(new.ttl_expires_at < old.ttl_expires_at)" in when["pr"]  # the expiry column, compared as it is
+    assert "(old.* IS DISTINCT FROM new.*)" in when["pv"]  # CQL-style: the values count too
+    for table in ("pr", "pv"):
+        db.execute(f"UPDATE {table} SET views = views + 1")  # a refresh (per-row) or new values (CQL): later
+        db.commit()
+        _assert_rows_have_early_entries(db, table)
+        db.execute("SELECT ttl.using_ttl('10 seconds')")  # this transaction's writes: USING TTL 10
+        db.execute(f"UPDATE {table} SET views = views + 1 WHERE path IN ('p1', 'p2')")
+        db.commit()
+        _assert_rows_have_early_entries(db, table)
+    # a pass far from any expiry deletes nothing
+    for table in ("pr", "pv"):
+        [res] = expire(dsn, [table])
+        assert res.status == "ok" and res.rows_deleted == 0
+        assert db.execute(f"SELECT count(*) FROM {table}").fetchone() == (20,)
+
+
 def test_a_pass_reads_only_what_expired_and_deletes_it(db: psycopg.Connection[Any], dsn: str) -> None:
     _table(db, 20_000, 100)  # 200 expired
     [res] = expire(dsn, ["t"])
