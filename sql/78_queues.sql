@@ -420,13 +420,16 @@ BEGIN
         -- A plain INSERT costs about half of one with ON CONFLICT (no
         -- speculative insertion per entry); an entry can already be there
         -- only when an earlier row with that key left it at that very expiry
-        -- (or the fill added it meanwhile): then again, skipping those.
+        -- (or the fill added it meanwhile): then again, keeping those, locked
+        -- (DO UPDATE), so that a drain removing one as its row's is gone waits
+        -- for this transaction and then sees the new row (queue_recheck_sql).
         BEGIN
             INSERT INTO %1$s (shard, expires_at, %2$s)
             SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL;
         EXCEPTION WHEN unique_violation THEN
             INSERT INTO %1$s (shard, expires_at, %2$s)
-            SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL ON CONFLICT DO NOTHING;
+            SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL
+                ON CONFLICT (shard, expires_at, %2$s) DO UPDATE SET expires_at = EXCLUDED.expires_at;
         END;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         DELETE FROM %1$s q USING (%4$s) o WHERE %6$s;
@@ -714,7 +717,8 @@ $fn$;
 -- cannot make the expiry earlier between the read and the commit (its trigger
 -- would find the entry it moves not yet moved); rows the application holds
 -- are skipped and keep their entries for the next pass, as do rows the drain
--- left because they are held. Returns the entries removed.
+-- left because they are held. Returns the entries removed and their keys (a
+-- jsonb array of [k1, ..., kn], for ttl.queue_recheck_sql).
 CREATE OR REPLACE FUNCTION ttl.queue_repair_sql(tbl oid, shard integer) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -740,13 +744,37 @@ BEGIN
         ' moved AS (INSERT INTO %13$s (shard, expires_at, %9$s)'
         '   SELECT %10$s, pg_ttl_expiry, %14$s FROM live WHERE (%14$s) IN (SELECT * FROM gone) AND pg_ttl_expiry IS NOT NULL'
         '   ON CONFLICT DO NOTHING)'
-        ' SELECT count(*) FROM gone',
+        ' SELECT count(*), pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%9$s)) FROM gone',
         format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
                                            WHERE q2.relid = tbl), shard)),
         shard, qks, ttl._queue_pos_sql(s.types, 1), ttl._queue_pos_sql(s.types, 2), s.src,
         (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry, array_to_string(s.ks, ', '), s.shard,
         (SELECT string_agg('ent.' || k, ', ') FROM unnest(s.ks) k),
         (SELECT string_agg('l.' || k, ', ') FROM unnest(s.keys) k), s.qname, array_to_string(s.keys, ', '));
+END
+$fn$;
+
+-- The statement run after a repair, in the same transaction but with a new
+-- snapshot: the rows with a key whose entry the repair removed as its row was
+-- gone ($1, its jsonb array of keys) that exist now get an entry at their
+-- expiry. A row inserted meanwhile whose INSERT found that very entry there
+-- kept it locked (see ttl._queue_trigger_body): the repair waited for it, and
+-- this statement sees the row. Returns nothing.
+CREATE OR REPLACE FUNCTION ttl.queue_recheck_sql(tbl oid) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+BEGIN
+    s := ttl._queue_sql(tbl);
+    RETURN format(
+        'INSERT INTO %1$s (shard, expires_at, %2$s)'
+        ' SELECT %3$s, %4$s, %5$s FROM %6$s WHERE (%5$s) IN (SELECT %7$s FROM pg_catalog.jsonb_array_elements($1) g(k))'
+        '    AND %4$s IS NOT NULL ON CONFLICT DO NOTHING',
+        s.qname, array_to_string(s.ks, ', '), s.shard, s.expiry, array_to_string(s.keys, ', '), s.src,
+        (SELECT string_agg(format('(g.k OPERATOR(pg_catalog.->>) %s)::%s', i - 1, s.types[i]), ', ')
+           FROM generate_subscripts(s.types, 1) i));
 END
 $fn$;
 

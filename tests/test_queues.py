@@ -201,6 +201,49 @@ def test_a_key_inserted_again_where_its_old_entry_was_left_is_no_error(db: psyco
     _assert_no_row_late(db)
 
 
+def test_a_row_inserted_while_a_pass_removes_the_entry_it_found_keeps_an_entry(
+        db: psycopg.Connection[Any], connect: Any) -> None:
+    """A key's entry left behind (its row gone) at the very expiry of a row inserted again: the
+    INSERT keeps that entry (locked), a pass removing it at the same time waits, then sees
+    the row and gives it its entry again."""
+    from psycopg.types.json import Jsonb
+
+    _table(db, 10, 100, shards=1)
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.execute("UPDATE t SET v = '2026-01-01' WHERE id = 1")  # earlier: its entry at 2026-01-02
+    db.execute("UPDATE t SET v = '2026-02-01' WHERE id = 1")  # later: stays there
+    db.execute("DELETE FROM t WHERE id = 1")  # the entry at 2026-01-02 stays, its row gone
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("INSERT INTO t VALUES (1, '2026-01-01')")  # finds that entry there: keeps it, locked
+    queries = db.execute("SELECT ttl.queue_drain_sql('t'::regclass, 0, now()), ttl.queue_repair_sql('t'::regclass, 0),"
+                         " ttl.queue_recheck_sql('t'::regclass)").fetchone()
+    assert queries is not None
+    db.commit()
+    done: list[Any] = []
+
+    def drain() -> None:  # what a pass does with that entry (pg_ttl/expire/queues.py)
+        with connect(autocommit=False) as conn:
+            cur = psycopg.RawCursor(conn)
+            got = cur.execute(queries[0], (None, 100)).fetchone()
+            assert got is not None and (got[0], got[1]) == (1, 0)  # the entry read, no row deleted
+            repaired = cur.execute(queries[1], (None, Jsonb(got[2]))).fetchone()  # waits for the INSERT
+            assert repaired is not None
+            done.append(repaired[0])
+            if repaired[1] is not None:
+                cur.execute(queries[2], (Jsonb(repaired[1]),))
+            conn.commit()
+
+    th = threading.Thread(target=drain)
+    th.start()
+    th.join(1.0)
+    assert th.is_alive() and not done  # the pass waits for the application's transaction
+    app.commit()
+    th.join(30)
+    assert done == [1]  # it removed the entry, as its row was gone when it looked...
+    _assert_no_row_late(db)  # ...and gave the row inserted meanwhile its entry again
+
+
 def test_a_pass_moves_early_entries_while_the_application_moves_expiries(
         db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
     import random

@@ -85,10 +85,12 @@ def shard_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Uni
 def drain(ctx: UnitContext) -> str:
     """Drain one shard at the run's cutoff; returns 'ok' or 'partial' (stopped)."""
     shard = shard_number(ctx.unit)
-    row = ctx.conn.execute("SELECT ttl.queue_drain_sql(%s, %s, %s), ttl.queue_repair_sql(%s, %s)",
-                           (ctx.policy.relid, shard, ctx.pred.cutoff, ctx.policy.relid, shard)).fetchone()
+    row = ctx.conn.execute("SELECT ttl.queue_drain_sql(%s, %s, %s), ttl.queue_repair_sql(%s, %s),"
+                           " ttl.queue_recheck_sql(%s)",
+                           (ctx.policy.relid, shard, ctx.pred.cutoff, ctx.policy.relid, shard,
+                            ctx.policy.relid)).fetchone()
     assert row is not None
-    drain_sql, repair_sql = str(row[0]), str(row[1])
+    drain_sql, repair_sql, recheck_sql = str(row[0]), str(row[1]), str(row[2])
     after = (ctx.checkpoint or {}).get("after") if (ctx.checkpoint or {}).get("strategy") == "queue" else None
     batch = max(1, ctx.policy.delete_batch_size)
     cur = psycopg.RawCursor(ctx.conn)
@@ -103,7 +105,10 @@ def drain(ctx: UnitContext) -> str:
                 if selected == 0:
                     return "ok"
                 if deleted < selected:  # some entries' rows stayed (held, gone, or expiring later): check them
-                    cur.execute(repair_sql, (Jsonb(after) if after is not None else None, Jsonb(last)))
+                    repaired = cur.execute(repair_sql, (Jsonb(after) if after is not None else None,
+                                                        Jsonb(last))).fetchone()
+                    if repaired is not None and repaired[1] is not None:  # rows gone: inserted since?
+                        cur.execute(recheck_sql, (Jsonb(repaired[1]),))
                 ctx.conn.execute(ACCOUNT, {"selected": selected, "deleted": deleted, "run_id": ctx.run_id,
                                            "unit": ctx.unit.relid,
                                            "checkpoint": Jsonb({"strategy": "queue", "after": last})})
