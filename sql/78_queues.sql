@@ -330,17 +330,14 @@ BEGIN
                   WHERE tg.tgfoid = ANY (ttl._queue_functions(tbl)) AND tg.tgparentid = 0 LOOP
             EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass);
         END LOOP;
-        -- An expiration expression may name the table schema's functions: its
-        -- statement triggers resolve names as the engine does. Otherwise every
-        -- name in them is qualified, and they set no search_path (a SET on a
-        -- function costs about 2 us a call: a third of what the queue adds
-        -- to a single-row INSERT); whatever the writer's search_path, nothing
-        -- of the writer's can stand in for a built-in.
+        -- Names resolve as the engine resolves them (an expiration expression may
+        -- name the table schema's functions): a SECURITY DEFINER function pins its
+        -- search_path, so nothing of the writer's can stand in for a built-in
+        -- (every name in the body is qualified too).
         EXECUTE format(
-            'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER %s AS %L',
-            fn, CASE WHEN ttl._queue_expiry_column(tbl) IS NULL
-                     THEN format('SET search_path = pg_catalog, %I, pg_temp', nsp) ELSE '' END,
-            ttl._queue_trigger_body(tbl));
+            'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
+            ' SET search_path = pg_catalog, %I, pg_temp AS %L',
+            fn, nsp, ttl._queue_trigger_body(tbl));
         EXECUTE format(
             'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
             ' SET search_path = pg_catalog, %I, pg_temp SET plan_cache_mode = force_generic_plan AS %L',
@@ -393,10 +390,8 @@ REVOKE ALL ON FUNCTION ttl._queue_triggers(oid, boolean) FROM PUBLIC;
 -- ttl._queue_changed_sql, is removed by the drain: its row is gone); UPDATE (of
 -- a partitioned table: rows moved to another partition) adds an entry for each
 -- key new to the statement and removes those of keys it no longer has. Every
--- name in it is schema-qualified, operators included: for a TTL column (or an
--- expiry column), whose expiry SQL is qualified too (ttl._expiry_sql), the
--- function needs no search_path of its own (ttl._queue_triggers), which costs
--- about 2 us per write statement.
+-- name in it is schema-qualified, operators included, and its function pins its
+-- search_path besides (ttl._queue_triggers).
 CREATE OR REPLACE FUNCTION ttl._queue_trigger_body(tbl oid) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
