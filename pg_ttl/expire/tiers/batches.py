@@ -51,7 +51,6 @@ SELECT pg_catalog.pg_relation_size(%s::oid::regclass) / pg_catalog.current_setti
 """
 
 
-ROW_CTID = "pg_ttl row ctid".ljust(64, ".")
 
 
 ROW_XMIN = "pg_ttl row xmin".ljust(64, ".")
@@ -166,13 +165,12 @@ class _Changed(Exception):
 @dataclass
 class _Written:
     """A range's rows written to storage, verified, not yet listed: its manifest rows, and
-    the version (ctid and xmin) of every row written, as a tid[] and an xid[] literal."""
+    the transactions that wrote the rows as they were read (their xmin), an xid[] literal."""
 
     lo: int
     hi: int
     rows: int = 0
     listed: list[dict[str, Any]] = field(default_factory=list)
-    ctids: str = "{}"
     xmins: str = "{}"
 
 
@@ -230,9 +228,14 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     without a lock (COPY, parsed by Arrow) by a second session of the engine and written as
     objects and verified in background threads, while this session deletes the ranges
     before it: in one short transaction per range, exactly the row versions written are
-    deleted (ctid and xmin: a row updated, deleted or held since it was read is not) and
-    the objects listed. If any of them was not deleted, the transaction is undone, the
-    objects removed and the range moved again with its rows deleted first (move_as_csv).
+    deleted and the objects listed. They are the range's rows of the tier written by a
+    transaction that wrote a row read (xmin): a row version written later is another
+    transaction's (one that had committed before the read wrote nothing after it, and
+    everything it wrote, visible to the read, was read if it was of the tier: the tier's
+    condition compares the column with constants), so a row updated, deleted or held since
+    it was read is not deleted, and the count of rows deleted says so. If any of them was
+    not deleted, the transaction is undone, the objects removed and the range moved again
+    with its rows deleted first (move_as_csv).
     The ranges commit in order: the checkpoint never passes a range not done."""
     ctx, conn = sweep.ctx, sweep.ctx.conn
     assert isinstance(sweep.storage, BaseStorage)
@@ -242,7 +245,7 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     assert row is not None and row[0] is not None
     time_column = str(row[1]) if row[1] is not None else None
     read = sql.SQL(", ").join([*column_values(sweep.columns), *([] if time_column else [sql.SQL(row[0])]),
-                               sql.SQL("ctid"), sql.SQL("xmin")])
+                               sql.SQL("xmin")])
     parquet.load()  # outside the batches' transactions
     reader = _second_session(ctx)
     reading = threading.Lock()  # one COPY at a time on the reader's session
@@ -324,14 +327,11 @@ def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes, time_column: str 
     done = _Written(lo, hi)
     if not data:
         return done
-    extra = {ROW_CTID: "text", ROW_XMIN: "text"} if time_column else \
-        {ROW_TIME: "timestamptz", ROW_CTID: "text", ROW_XMIN: "text"}
+    extra = {ROW_XMIN: "text"} if time_column else {ROW_TIME: "timestamptz", ROW_XMIN: "text"}
     rows = parquet.table_from_csv(sweep.columns, data, extra)
     done.rows = rows.num_rows
-    ctids, xmins = rows.column(ROW_CTID).to_pylist(), rows.column(ROW_XMIN).to_pylist()
-    done.ctids = "{" + ",".join(f'"{c}"' for c in ctids) + "}"
-    done.xmins = "{" + ",".join(sorted(set(xmins))) + "}"
-    rows = rows.drop_columns([ROW_CTID, ROW_XMIN])
+    done.xmins = "{" + ",".join(parquet.load().compute.unique(rows.column(ROW_XMIN)).to_pylist()) + "}"
+    rows = rows.drop_columns([ROW_XMIN])
     assert isinstance(sweep.storage, BaseStorage)
     try:
         for day, group, first, last in parquet.by_day(rows, time_column or ROW_TIME, keep=bool(time_column)):
@@ -352,14 +352,11 @@ def _commit_range(sweep: _Sweep, written: _Written, returning: sql.Composable) -
         with conn.transaction():
             if written.rows:
                 deleted = conn.execute(sql.SQL(
-                    "DELETE FROM ONLY {} WHERE ctid = ANY(CAST({} AS pg_catalog.tid[]))"
-                    " AND xmin = ANY(CAST({} AS pg_catalog.xid[])) AND {}").format(
-                    sweep.leaf.ident, sql.Literal(written.ctids), sql.Literal(written.xmins),
-                    sweep.where(written.lo, written.hi))).rowcount
+                    "DELETE FROM ONLY {} WHERE xmin = ANY(CAST({} AS pg_catalog.xid[])) AND {}").format(
+                    sweep.leaf.ident, sql.Literal(written.xmins), sweep.where(written.lo, written.hi))).rowcount
                 if deleted != written.rows:
                     raise _Changed(f"{written.rows - deleted} of {written.rows} rows changed since they were read")
-                for listed in written.listed:
-                    conn.execute(MANIFEST, listed)
+                conn.cursor().executemany(MANIFEST, written.listed)
             sweep.account(written.lo, written.hi, written.rows, sum(int(m["bytes"]) for m in written.listed),
                           len(written.listed))
     except (_Changed, psycopg.errors.LockNotAvailable, psycopg.errors.SerializationFailure) as exc:

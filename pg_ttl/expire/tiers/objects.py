@@ -43,8 +43,8 @@ SELECT a.attname FROM pg_catalog.pg_index i
 """
 
 
-# The row's instant and version, read after its columns: names longer than any PostgreSQL
-# name (63 bytes), so no column of the table has them.
+# The row's instant, read after its columns when it is not one of them: a name longer than
+# any PostgreSQL name (63 bytes), so no column of the table has it (also batches.ROW_XMIN).
 ROW_TIME = "pg_ttl row time".ljust(64, ".")
 
 
