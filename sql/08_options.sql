@@ -45,7 +45,9 @@ SELECT o.position, o.name, o.policy_column, o.kind, o.default_value, o.descripti
     (17, 'value_ttls', 'value_ttls', 'bool', 'false',
      'CQL-style per-row TTL: every value outside the primary key has its own TTL (USING TTL of the write that set it, else "ttl_expire_after", 0 = never); UPDATE never moves the row''s TTL; a row goes once it and all its values expired.'),
     (18, 'ignore_value_ttl', 'ignore_value_ttl', 'bool', 'false',
-     'Per-row TTL: drop a range partition once "ttl_expire_after" has passed since its latest write, even if rows or values in it were written with a longer TTL (they are lost).')
+     'Per-row TTL: drop a range partition once "ttl_expire_after" has passed since its latest write, even if rows or values in it were written with a longer TTL (they are lost).'),
+    (19, 'archive_batch_size', 'archive_batch_size', 'batch', '50000',
+     'Storage tiers to a directory or S3: rows read per step (none locked while they are written to storage); a step''s DELETE is one transaction, and its rows make one object per day (at least 1).')
   ) AS o(position, name, policy_column, kind, default_value, description);
 
 GRANT SELECT ON ttl.options TO PUBLIC;

@@ -180,6 +180,41 @@ def test_a_full_disk_fails_the_unit_and_deletes_nothing(db: psycopg.Connection[A
     assert sorted(i for i, *_ in _parquet_rows(target)) == list(range(21, 51))
 
 
+def test_archive_batch_size_sets_the_steps_and_so_the_objects(db: psycopg.Connection[Any], dsn: str,
+                                                                tmp_path: Path) -> None:
+    """20,000 rows of two days past the tier: by default one step, an object per day; with
+    ttl_archive_batch_size 2,000, about ten steps, an object per day of each."""
+    db.execute("CREATE TABLE logs (id int PRIMARY KEY, created_at timestamptz NOT NULL, line text)")
+    db.execute("INSERT INTO logs SELECT g, date_trunc('day', now()) - interval '40 days' + g * interval '8 seconds',"
+               " 'line ' || g FROM generate_series(1, 20000) g")
+    db.execute("ANALYZE logs")
+    db.execute("SELECT ttl.enable('logs', expire_after => '400 days', column_name => 'created_at')")
+    db.execute("SELECT ttl.create_storage('local', %s)", (f"file://{tmp_path}",))
+    db.execute("""SELECT ttl.set_tiers('logs', '[{"after": "30 days", "to": "local"}]')""")
+    assert db.execute("SELECT value FROM ttl.describe('logs') WHERE option = 'ttl_archive_batch_size'").fetchone() \
+        == ("50000",)
+    db.commit()
+    [archived, _] = expire(dsn, ["logs"])
+    assert (archived.status, archived.rows_deleted) == ("ok", 20000)
+    assert db.execute("SELECT count(*) FROM ttl.archive").fetchone() == (2,)  # the two days, one step
+    db.execute("SELECT ttl.pause('logs')")
+    db.commit()
+    assert restore(db, "logs").rows_inserted == 20000
+    db.execute("TRUNCATE ttl.archive")
+    db.execute("SELECT ttl.resume('logs')")
+    db.execute("SELECT ttl.set_option('logs', 'archive_batch_size', '2000')")
+    db.commit()
+    for p in tmp_path.rglob("*.parquet"):
+        p.unlink()
+    [archived, _] = expire(dsn, ["logs"])
+    assert (archived.status, archived.rows_deleted) == ("ok", 20000)
+    objects = db.execute("SELECT count(*), sum(rows), max(rows) FROM ttl.archive").fetchone()
+    assert objects is not None and objects[0] >= 9 and objects[1] == 20000 and objects[2] <= 3000
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="archive_batch_size"):
+        db.execute("SELECT ttl.set_option('logs', 'archive_batch_size', '0')")
+    db.rollback()
+
+
 def test_a_row_the_application_holds_waits_for_the_next_run(db: psycopg.Connection[Any], dsn: str,
                                                            tmp_path: Path, connect: Any) -> None:
     _events(db, tmp_path)

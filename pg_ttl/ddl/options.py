@@ -56,6 +56,7 @@ OPTIONS: dict[str, Kind] = {
     "queue_shards": Kind.SHARDS,
     "value_ttls": Kind.BOOL,
     "ignore_value_ttl": Kind.BOOL,
+    "archive_batch_size": Kind.BATCH,
 }
 
 # The orphan policy's options (docs/orphans.md), set through the same ALTER TABLE

@@ -137,9 +137,16 @@ def _sweep(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], select: 
     size = conn.execute(SIZE, (leaf.relid, leaf.relid)).fetchone()
     assert size is not None
     nblocks, per_block = int(size[0] or 0), float(size[1] or 100)
-    # select_batch_size rows per range: an object per day of them, written, synced and
-    # read back, costs much more per object than per row
-    step = max(1, int(ctx.policy.select_batch_size / per_block))
+    # Rows per range: to a PostgreSQL storage they are locked while they are written, as a
+    # deletion run's select batch (select_batch_size); to objects they are read without a
+    # lock, and the range sets the objects' size (one per day of its rows) and its DELETE's
+    # (archive_batch_size)
+    per_range = ctx.policy.select_batch_size
+    if isinstance(storage, BaseStorage):
+        found = conn.execute("SELECT archive_batch_size FROM ttl.policy WHERE relid = %s",
+                             (ctx.policy.relid,)).fetchone()
+        per_range = int(found[0]) if found else per_range
+    step = max(1, int(per_range / per_block))
     sweep = _Sweep(ctx, leaf, columns, pred, tier, storage, count_left)
     ranges = [(lo, lo + step) for lo in range(block, nblocks, step)]
     if isinstance(storage, PostgresTarget):
