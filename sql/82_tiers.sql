@@ -10,7 +10,7 @@
 --   SELECT ttl.set_tiers('events', '[{"after": "30 days", "to": "local"},
 --                                    {"after": "400 days", "action": "delete", "archive_before_delete": true}]');
 --
--- The engine (pg_ttl/expire/tiers.py) writes, verifies and records each batch
+-- The engine (pg_ttl/expire/tiers/) writes, verifies and records each batch
 -- in ttl.archive, deleting its rows in the same short transaction; a range
 -- partition whose every row reached a storage tier (ttl.partition_tier) is
 -- exported whole and dropped or detached in the transaction that lists it.
@@ -278,7 +278,7 @@ BEGIN
 END
 $fn$;
 
--- Whole partitions (pg_ttl/expire/tiers.py): a range partition of T on its TTL
+-- Whole partitions (pg_ttl/expire/tiers/exports.py): a range partition of T on its TTL
 -- column whose exclusive upper bound `upper` (text in the column's type) shows
 -- that every row in it has reached a storage tier (ttl._bound_reached,
 -- sql/15_expiry.sql) is exported whole, then dropped or detached
@@ -333,9 +333,8 @@ BEGIN
     IF p.expire_after IS NULL OR EXISTS (SELECT 1 FROM ttl.tier t WHERE t.relid = tbl AND t.archive_before_delete) THEN
         RETURN 'true';
     END IF;
-    RETURN format('(%s OPERATOR(pg_catalog.>) %L::pg_catalog.timestamptz)',
-                  ttl._expiry_sql(p.ttl_atttypid, p.unit, p.expire_after,
-                                  format('%I', ttl._attname(tbl, p.ttl_attnum))), cutoff);
+    -- not past the DELETE, as ttl.expired_sql judges it
+    RETURN format('(NOT %s)', (SELECT c.reached FROM ttl._column_reached_sql(p, p.expire_after, cutoff) c));
 END
 $fn$;
 

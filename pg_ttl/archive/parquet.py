@@ -134,10 +134,6 @@ def encode_table(data: Any) -> bytes:
     return out.getvalue()
 
 
-def encode(columns: list[Column], rows: list[tuple[Any, ...]]) -> bytes:
-    return encode_table(table(columns, rows))
-
-
 def decode(data: bytes) -> tuple[list[str], list[tuple[Any, ...]]]:
     pa = _pyarrow()
     table = pa.parquet.read_table(io.BytesIO(data))

@@ -257,12 +257,14 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     reader = _second_session(ctx)
     reading = threading.Lock()  # one COPY at a time on the reader's session
 
+    def read_range(session: psycopg.Connection[Any], lo: int, hi: int) -> bytes:
+        with reading:
+            return _copy_out(session, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)")
+                             .format(read, sweep.leaf.ident, sweep.where(lo, hi)))[0]
+
     def read_and_write(lo: int, hi: int) -> _Written:
         assert reader is not None
-        with reading:
-            data = _copy_out(reader, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT (FORMAT csv)")
-                             .format(read, sweep.leaf.ident, sweep.where(lo, hi)))
-        return _write_range(sweep, lo, hi, data, time_column)
+        return _write_range(sweep, lo, hi, read_range(reader, lo, hi), time_column)
 
     pending: list[Future[_Written]] = []
     stopped = False
@@ -277,11 +279,7 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
                     stopped = True
                     break
                 if reader is None:
-                    with reading:
-                        data = _copy_out(conn, sql.SQL("COPY (SELECT {} FROM ONLY {} WHERE {}) TO STDOUT"
-                                                       " (FORMAT csv)").format(read, sweep.leaf.ident,
-                                                                               sweep.where(lo, hi)))
-                    pending.append(pool.submit(_write_range, sweep, lo, hi, data, time_column))
+                    pending.append(pool.submit(_write_range, sweep, lo, hi, read_range(conn, lo, hi), time_column))
                 else:
                     pending.append(pool.submit(read_and_write, lo, hi))
                 if len(pending) > READ_AHEAD:
@@ -320,12 +318,29 @@ def _second_session(ctx: UnitContext) -> psycopg.Connection[Any] | None:
     return other
 
 
-def _copy_out(conn: psycopg.Connection[Any], stmt: sql.Composed) -> bytes:
+def _copy_out(conn: psycopg.Connection[Any], stmt: sql.Composed) -> tuple[bytes, int]:
+    """What a ``COPY ... TO STDOUT`` sends, and its row count."""
     data = bytearray()
-    with conn.cursor() as cur, cur.copy(stmt) as copy:
-        for block in copy:
-            data += block
-    return bytes(data)
+    with conn.cursor() as cur:
+        with cur.copy(stmt) as copy:
+            for block in copy:
+                data += block
+        return bytes(data), cur.rowcount
+
+
+def _put_objects(ctx: UnitContext, leaf: Unit, rows: Any, time: str, keep: bool, tier: int,
+                 storage: BaseStorage) -> list[dict[str, Any]]:
+    """The rows (an Arrow table) as objects, one per day of their ``time`` column (kept in
+    them if ``keep``), each verified: their manifest rows, not yet inserted. Those written
+    are removed if one fails."""
+    listed: list[dict[str, Any]] = []
+    try:
+        for day, group, first, last in parquet.by_day(rows, time, keep=keep):
+            listed.append(put_object(ctx, leaf, group, first, last, day, tier, storage))
+    except BaseException:
+        remove_objects(storage, [str(m["key"]) for m in listed])
+        raise
+    return listed
 
 
 def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes, time_column: str | None) -> _Written:
@@ -340,12 +355,8 @@ def _write_range(sweep: _Sweep, lo: int, hi: int, data: bytes, time_column: str 
     done.xmins = "{" + ",".join(parquet.load().compute.unique(rows.column(ROW_XMIN)).to_pylist()) + "}"
     rows = rows.drop_columns([ROW_XMIN])
     assert isinstance(sweep.storage, BaseStorage)
-    try:
-        for day, group, first, last in parquet.by_day(rows, time_column or ROW_TIME, keep=bool(time_column)):
-            done.listed.append(put_object(sweep.ctx, sweep.leaf, group, first, last, day, sweep.tier, sweep.storage))
-    except BaseException:
-        remove_objects(sweep.storage, [str(m["key"]) for m in done.listed])
-        raise
+    done.listed = _put_objects(sweep.ctx, sweep.leaf, rows, time_column or ROW_TIME, bool(time_column), sweep.tier,
+                               sweep.storage)
     return done
 
 
@@ -425,24 +436,15 @@ def _write_csv(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], stmt
                storage: BaseStorage) -> tuple[int, int, int]:
     """Run ``stmt`` (a COPY of the rows it deletes) and write those rows, one object per
     day, each listed in the manifest: the rows, bytes and objects."""
-    conn = ctx.conn
-    data = bytearray()
-    with conn.cursor() as cur:
-        with cur.copy(stmt) as copy:
-            for block in copy:
-                data += block
-        deleted = cur.rowcount
+    data, deleted = _copy_out(ctx.conn, stmt)
     if not deleted:
         return 0, 0, 0
-    rows = parquet.table_from_csv(columns, bytes(data), {ROW_TIME: "timestamptz"})
+    rows = parquet.table_from_csv(columns, data, {ROW_TIME: "timestamptz"})
     if rows.num_rows != deleted:
         raise StorageError(f"{deleted} rows were deleted but {rows.num_rows} read: the batch is undone")
-    size, objects = 0, 0
-    for day, group, lo, hi in parquet.by_day(rows, ROW_TIME):
-        listed = put_object(ctx, leaf, group, lo, hi, day, tier, storage)
-        conn.execute(MANIFEST, listed)
-        size, objects = size + int(listed["bytes"]), objects + 1
-    return deleted, size, objects
+    listed = _put_objects(ctx, leaf, rows, ROW_TIME, False, tier, storage)
+    ctx.conn.cursor().executemany(MANIFEST, listed)
+    return deleted, sum(int(m["bytes"]) for m in listed), len(listed)
 
 
 def _to_postgres(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], values: list[tuple[Any, ...]],
