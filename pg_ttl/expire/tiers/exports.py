@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -72,11 +72,10 @@ class _Stays(Exception):
 
 @dataclass
 class _Export:
-    """What phase one wrote: the manifest rows to list, the objects to remove if they are not
-    listed, and the count and hash sum of every row read (archived or not)."""
+    """What phase one wrote: the manifest rows to list (their objects are removed if they are
+    not listed), and the count and hash sum of every row read (archived or not)."""
 
-    listed: list[dict[str, Any]]
-    keys: list[str]
+    listed: list[dict[str, Any]] = field(default_factory=list)
     rows: int = 0
     digest: int = 0
     moved: int = 0
@@ -148,7 +147,7 @@ def _export_whole(ctx: UnitContext, leaves: list[Unit]) -> None:
         raise _Stays(f'storage "{storage.name}" does not allow prepared transactions now')
     conn.execute("UPDATE ttl.run_unit SET strategy = 'export' WHERE run_id = %s AND unit_relid = %s",
                  (ctx.run_id, unit.relid))
-    export = _Export([], [])
+    export = _Export()
     sink = None
     if isinstance(storage, PostgresTarget):
         sink = _PostgresExport(ctx, storage, leaf_columns(conn, unit.relid))
@@ -167,7 +166,7 @@ def _export_whole(ctx: UnitContext, leaves: list[Unit]) -> None:
                 sink.abandon()
             else:
                 assert isinstance(storage, BaseStorage)
-                remove_objects(storage, export.keys)
+                remove_objects(storage, [str(m["key"]) for m in export.listed])
         if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.DeadlockDetected):
             raise _Stays(f"locked: {exc.diag.message_primary or exc}") from exc
         raise
@@ -248,7 +247,6 @@ def _write(ctx: UnitContext, leaf: Unit, columns: list[parquet.Column], rows: li
             times = [r[width] for r in group]
             listed = put_object(ctx, leaf, parquet.table(columns, [r[:width] for r in group]), min(times),
                                  max(times), day, unit.tier, storage)
-            export.keys.append(str(listed["key"]))
             export.listed.append(listed)
             export.moved += len(group)
             export.bytes += int(listed["bytes"])
@@ -285,8 +283,7 @@ def _list_and_remove(ctx: UnitContext, leaves: list[Unit], export: _Export) -> N
                 rows, digest = rows + int(got[0]), digest + int(got[1])
         if (rows, digest) != (export.rows, export.digest):
             raise _Stays(f"written to while it was exported ({export.rows} rows read, {rows} there now)")
-        for listed in export.listed:
-            conn.execute(MANIFEST, listed)
+        conn.cursor().executemany(MANIFEST, export.listed)
         action = partitions.remove_in_transaction(ctx)
         conn.execute(ACCOUNT_WHOLE, {"action": action, "n": export.moved, "bytes": export.bytes,
                                      "objects": len(export.listed), "run_id": ctx.run_id, "unit": unit.relid})
@@ -310,7 +307,7 @@ class _PostgresExport:
         self.gid = f"{storage.PREPARED}{uuid.uuid4().hex}"
         self.conn = storage.connect()
         self.conn.autocommit = False
-        self.prepared = self.committed = False
+        self.prepared = False
         self.rows, self.first, self.last = 0, None, None
         self.digest = hashlib.sha256()
 
