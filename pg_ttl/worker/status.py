@@ -10,15 +10,20 @@ else estimated from a sample of about that many pages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from pg_ttl.worker.schedule import Entry, Scheduler, cron_error
+
+if TYPE_CHECKING:
+    from pg_ttl.expire.predicate import EnginePolicy
 
 TABLES = """
 SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused, p.manual_run_at,
@@ -144,24 +149,32 @@ def _uses_index(plan: dict[str, Any]) -> bool:
     return plan.get("Node Type") in _INDEX_SCANS or any(_uses_index(p) for p in plan.get("Plans", []))
 
 
+@contextmanager
+def _policy_now(conn: psycopg.Connection[Any], relid: int) -> Iterator[tuple[EnginePolicy | None, datetime]]:
+    """A transaction in UTC: the table's policy (None: it has none) and its now()."""
+    from pg_ttl.expire.predicate import load_policies
+
+    with conn.transaction():
+        row = conn.execute("SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true)").fetchone()
+        assert row is not None
+        policies = load_policies(conn, [relid])
+        yield (policies[0] if policies else None), row[0]
+
+
 def backlog(conn: psycopg.Connection[Any], relid: int) -> tuple[int, bool] | None:
     """Expired rows still present, and whether that is a count (True) or the planner's estimate
     (False); None when it cannot say. A unit is counted when an index finds its expired rows and
     the planner expects at most EXACT_COUNT_LIMIT of them; the count stops there, so a stale
     estimate never turns it into a long scan."""
     from pg_ttl.expire import owner
-    from pg_ttl.expire.predicate import build_predicate, load_policies
+    from pg_ttl.expire.predicate import build_predicate
     from pg_ttl.expire.units import list_units
 
     try:
-        with conn.transaction():
-            row = conn.execute("SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true)").fetchone()
-            assert row is not None
-            policies = load_policies(conn, [relid])
-            if not policies:
+        with _policy_now(conn, relid) as (policy, now):
+            if policy is None:
                 return None
-            policy = policies[0]
-            pred = build_predicate(conn, policy, row[0])
+            pred = build_predicate(conn, policy, now)
             # Planning folds immutable functions of constants: the owner's expression is planned as the owner.
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
@@ -236,23 +249,18 @@ def archive_backlog(conn: psycopg.Connection[Any], relid: int, tiers: list[tuple
     owner (its row security applies as it does to the engine); rows None when the caller may not
     act as the owner or the table changed meanwhile."""
     from pg_ttl.expire import owner
-    from pg_ttl.expire.predicate import load_policies
     from pg_ttl.expire.tiers import archive_units
 
     out = [TierBacklog(position, storage, None) for position, storage in tiers]
     if not out:
         return out
     try:
-        with conn.transaction():
-            row = conn.execute("SELECT now(), pg_catalog.set_config('TimeZone', 'UTC', true)").fetchone()
-            assert row is not None
-            policies = load_policies(conn, [relid])
-            if not policies:
+        with _policy_now(conn, relid) as (policy, now):
+            if policy is None:
                 return out
-            policy = policies[0]
             preds = []
             for t in out:  # the one definition of what a tier moves (sql/82_tiers.sql)
-                found = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (relid, t.tier, row[0])).fetchone()
+                found = conn.execute("SELECT ttl.tier_sql(%s, %s, %s)", (relid, t.tier, now)).fetchone()
                 assert found is not None
                 preds.append(sql.SQL(found[0]))
             owner.become(conn, policy.owner, policy.name, local=True)
