@@ -6,8 +6,71 @@
 -- its parent stays.
 --
 -- A child may have several parents: it is an orphan when none of them has its
--- key. An age column is required: without one, a child whose parent is about to
--- be written cannot be told from an orphan.
+-- key. Without an age column, a row's age is told by the transaction that wrote
+-- it (its xmin) against the "xid clock" (ttl.xid_clock, below).
+
+-- The xid clock: samples of (time, the oldest transaction id still running
+-- then). A row whose xmin precedes a sample's xid was written by a transaction
+-- that had ended by the sample's time, so it is at least as old as the sample.
+-- The time is read after the snapshot whose xmin it records, so it errs late:
+-- a row judged older than a sample always is. Taken by every pass (and when a
+-- policy without an age column is set), at most one per 1/20 of the smallest
+-- such min_age (and per minute at most); samples older than the largest such
+-- min_age plus a day go, but the newest of them. SECURITY DEFINER: users read
+-- the clock, only this function writes it (a forged sample would make young
+-- rows old).
+CREATE OR REPLACE FUNCTION ttl.xid_clock_tick() RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    shortest interval;
+    longest interval;
+BEGIN
+    SELECT min(o.min_age), max(o.min_age) INTO shortest, longest
+      FROM ttl.orphan_policy o WHERE o.age_attnum IS NULL;
+    IF shortest IS NULL THEN
+        RETURN;  -- no policy reads the clock
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM ttl.xid_clock c
+                    WHERE c.sampled_at > clock_timestamp() - least(interval '1 minute', shortest / 20)) THEN
+        INSERT INTO ttl.xid_clock (sampled_at, xid)
+        SELECT clock_timestamp(), pg_snapshot_xmin(pg_current_snapshot())
+        ON CONFLICT DO NOTHING;
+    END IF;
+    DELETE FROM ttl.xid_clock c
+     WHERE c.sampled_at < (SELECT max(k.sampled_at) FROM ttl.xid_clock k
+                            WHERE k.sampled_at < now() - longest - interval '1 day');
+END
+$fn$;
+
+-- The xid a run at `cutoff` may delete rows below, for a policy without an age
+-- column whose min_age is `min_age`: the latest of the clock's samples taken at
+-- or before cutoff - min_age; NULL while there is none (nothing goes yet), or
+-- when it is too far behind the current transaction id (2^30) to be compared
+-- with 32-bit xmins.
+CREATE OR REPLACE FUNCTION ttl._orphan_xid_horizon(min_age interval, cutoff timestamptz) RETURNS xid8
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT h.xid FROM (SELECT max(c.xid) AS xid FROM ttl.xid_clock c WHERE c.sampled_at <= cutoff - min_age) h
+     WHERE h.xid::text::numeric > pg_snapshot_xmax(pg_current_snapshot())::text::numeric - 1073741824
+$fn$;
+
+-- Why a run at `cutoff` deletes nothing of `tbl`'s orphans yet (NULL: it may):
+-- a policy without an age column waits for a sample of the xid clock min_age old.
+CREATE OR REPLACE FUNCTION ttl.orphans_waiting(tbl oid, cutoff timestamptz) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('no age column: orphans are deleted from %s on (min_age %s after the first pass that read '
+                  'which transactions were running)',
+                  to_char((coalesce((SELECT min(c.sampled_at) FROM ttl.xid_clock c), cutoff) + o.min_age)
+                          AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'), o.min_age)
+      FROM ttl.orphan_policy o
+     WHERE o.relid = tbl AND o.age_attnum IS NULL AND ttl._orphan_xid_horizon(o.min_age, cutoff) IS NULL
+$fn$;
 
 -- attnums of the named columns of tbl (errors name the option).
 CREATE OR REPLACE FUNCTION ttl._attnums(tbl regclass, cols text[], option text) RETURNS smallint[]
@@ -123,8 +186,13 @@ BEGIN
             coalesce(NEW.min_age::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
     NEW.age_unit := lower(btrim(NEW.age_unit));
-    PERFORM ttl._check_time_column(NEW.relid, NEW.age_attnum, NEW.age_unit, 'an age column', 'orphan_age_column',
-                                   'orphan_age_unit');
+    IF NEW.age_attnum IS NOT NULL THEN
+        PERFORM ttl._check_time_column(NEW.relid, NEW.age_attnum, NEW.age_unit, 'an age column', 'orphan_age_column',
+                                       'orphan_age_unit');
+    ELSIF NEW.age_unit IS NOT NULL THEN
+        RAISE EXCEPTION 'table %: "ttl_orphan_age_unit" applies to an age column, and none is set', tbl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF NEW.job_cron IS NOT NULL THEN
         err := ttl.cron_error(NEW.job_cron);
         IF err IS NOT NULL THEN
@@ -193,11 +261,6 @@ BEGIN
         RAISE EXCEPTION 'table %: % parent tables but % lists of parent key columns', tbl, cardinality(all_parents),
             array_length(parent_key, 1) USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF age_column IS NULL THEN
-        RAISE EXCEPTION 'table %: "ttl_orphan_age_column" must be set', tbl
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Orphans are deleted only once older than min_age by a time column (a row''s creation time): without one, a child written just before its parent cannot be told from an orphan.';
-    END IF;
     o.relid := tbl;
     o.key_attnums := ttl._attnums(tbl, key, 'orphan_key');
     o.parent_relids := all_parents::oid[];
@@ -214,7 +277,7 @@ BEGIN
         o.parent_attnums := o.parent_attnums || ttl._attnums(all_parents[k], cols, 'orphan_of');
     END LOOP;
     o.min_age := min_age;
-    o.age_attnum := ttl._attnum(tbl, age_column, 'orphan_age_column');
+    o.age_attnum := CASE WHEN age_column IS NOT NULL THEN ttl._attnum(tbl, age_column, 'orphan_age_column') END;
     o.age_unit := age_unit;
     o.job_cron := nullif(btrim(job_cron), '');
     o.range_bytes := coalesce(range_bytes, 67108864);
@@ -228,6 +291,8 @@ BEGIN
          = (EXCLUDED.key_attnums, EXCLUDED.parent_relids, EXCLUDED.parent_attnums, EXCLUDED.min_age,
             EXCLUDED.age_attnum, EXCLUDED.age_unit, EXCLUDED.job_cron, EXCLUDED.range_bytes,
             EXCLUDED.delete_batch_size);
+    -- Without an age column, the clock's first sample starts the wait of min_age.
+    PERFORM ttl.xid_clock_tick();
     PERFORM pg_notify('pg_ttl', tbl::text);
 EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
     GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
@@ -287,6 +352,7 @@ DECLARE
     nconds integer;
     age ttl.policy;  -- the age column, as the TTL column of a column policy
     age_sql text;
+    horizon xid8;
 BEGIN
     SELECT * INTO o FROM ttl.orphan_policy WHERE relid = tbl;
     IF NOT FOUND THEN
@@ -335,6 +401,17 @@ BEGIN
             (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
             (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
     END LOOP;
+    -- Old enough, without an age column: written by a transaction that had ended by
+    -- a sample of the xid clock at least min_age before the cutoff (its xmin precedes
+    -- the sample's xid; an update counts as a write). age() compares the 32-bit xmin
+    -- with the sample's xid from one reference (the DELETE's transaction); a frozen
+    -- row's age is INT_MAX: old. No sample yet: nothing (ttl.orphans_waiting says so).
+    IF o.age_attnum IS NULL THEN
+        horizon := ttl._orphan_xid_horizon(o.min_age, cutoff);
+        RETURN format('(%s%s)', lookups, CASE WHEN horizon IS NULL THEN 'false' ELSE format(
+            'pg_catalog.age(xmin) OPERATOR(pg_catalog.>) pg_catalog.age(CAST(%L AS pg_catalog.xid))',
+            (horizon::text::numeric % 4294967296)::text) END);
+    END IF;
     -- Old enough: the age column as a column policy's TTL column with min_age as its
     -- TTL (ttl._column_reached_sql: one comparison with a constant where that is exact).
     age.relid := o.relid;

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from rich.table import Table
 
 from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
 
@@ -11,13 +15,18 @@ examples:
   pg-ttl orphans set data --key hash --parent metadata --age-column created_at --min-age '1 hour'
   pg-ttl orphans set items --key owner_id,region --parent owners --parent-key id,region --age-column created_at
   pg-ttl orphans set blobs --key hash --parent metadata --parent archive --age-column created_at
+  pg-ttl orphans set logs --key request_id --parent requests    # no age column: by transaction ids
+  pg-ttl orphans status                   # each policy's sweep: ranges done, given up; last run
+  pg-ttl orphans plan data                # orphans per range, estimated from a few blocks of each
   pg-ttl orphans reset data
   pg-ttl describe data                    # the ttl_orphan_* rows
   pg-ttl plan data                        # how many orphans a run would delete, per partition
 
 A child row goes when no parent row has its key at the moment of the DELETE and
 it is older than --min-age by --age-column (a child written just before its
-parent stays). The parent needs a unique index on its key columns.
+parent stays); without --age-column, when the transaction that wrote it had ended
+--min-age before the run, as pg-ttl's passes timed it. The parent needs a unique
+index on its key columns.
 """
 
 
@@ -37,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--parent-key", action="append",
                    help="the parent's key columns (default: the same names as --key); once for every parent, "
                         "or once per --parent, in the same order")
-    s.add_argument("--age-column", required=True,
-                   help="when the child row was written (date, timestamp, timestamptz or Unix time)")
+    s.add_argument("--age-column",
+                   help="when the child row was written (date, timestamp, timestamptz or Unix time); without one, "
+                        "a row's age is told by the transaction that wrote it")
     s.add_argument("--age-unit", help="seconds, milliseconds, microseconds or nanoseconds, for a numeric age column")
     s.add_argument("--min-age", default="1 hour", help="never delete a child younger than this (default: 1 hour)")
     s.add_argument("--cron", help="schedule of a table with only an orphan policy (default: default_job_cron)")
@@ -51,6 +61,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("table", help="the child table")
     add_dsn(r)
     r.set_defaults(func=cmd_reset)
+
+    st = cmds.add_parser("status", help="each orphan policy's sweep (ranges done, given up) and last run")
+    st.add_argument("table", nargs="?", help="one child table (default: every orphan policy)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    add_dsn(st)
+    st.set_defaults(func=cmd_status)
+
+    pl = cmds.add_parser("plan", help="orphans per range a run now would delete (estimated); changes nothing")
+    pl.add_argument("table", nargs="?", help="one child table (default: every orphan policy)")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    add_dsn(pl)
+    pl.set_defaults(func=cmd_plan)
 
 
 def _columns(text: str) -> list[str]:
@@ -81,3 +103,97 @@ def cmd_reset(args: argparse.Namespace) -> int:
         conn.execute("SELECT ttl.disable_orphans(%s)", (args.table,))
     console.print(f"orphan policy of {args.table} removed")
     return 0
+
+
+def _reports(args: argparse.Namespace, estimate: bool) -> list[Any]:
+    from pg_ttl.expire import EngineError
+    from pg_ttl.expire.engine import resolve_tables
+    from pg_ttl.expire.orphans import report
+
+    with connect(args) as conn:
+        require_installed(conn)
+        try:
+            tables = resolve_tables(conn, [args.table]) if args.table else None
+        except EngineError as exc:
+            raise CliError(str(exc)) from exc
+        found = report(conn, tables, estimate)
+    if args.table and not found:
+        raise CliError(f"table {args.table} has no orphan policy")
+    return found
+
+
+def _age_rule(rep: Any) -> str:
+    if rep.age_column is not None:
+        return f"older than {rep.min_age} by {rep.age_column}"
+    return f"written by a transaction that had ended {rep.min_age} before the run (no age column)"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    reports = _reports(args, estimate=False)
+    if args.json:
+        print(json.dumps([{
+            "table": r.table, "parents": r.parents, "min_age": r.min_age, "age_column": r.age_column,
+            "waiting": r.waiting,
+            "units": [{"unit": u.unit, "sweep": u.sweep, "sweep_started_at": _iso(u.started_at),
+                       "ranges": u.ranges, "ranges_done": u.done,
+                       "ranges_given_up": [{"range": n, "error": e} for n, e in u.given_up],
+                       "ranges_failing": [{"range": n, "failures": f, "error": e} for n, f, e in u.failing],
+                       "ranges_running": u.running, "last_run": u.last_run, "last_status": u.last_status,
+                       "last_finished_at": _iso(u.last_finished_at), "last_orphans_deleted": u.last_deleted,
+                       "last_error": u.last_error} for u in r.units]} for r in reports], indent=2))
+        return 0
+    if not reports:
+        console.print("No orphan policies.")
+        return 0
+    for r in reports:
+        console.print(f"[bold]{r.table}[/]: children of {r.parents}, deleted once {_age_rule(r)}")
+        if r.waiting:
+            console.print(f"  [yellow]{r.waiting}[/]")
+        table = Table(show_header=True)
+        for col in ("partition", "sweep", "ranges done", "given up", "failing", "last run", "orphans deleted",
+                    "note"):
+            table.add_column(col, justify="right" if col in ("ranges done", "orphans deleted") else "left")
+        for u in r.units:
+            notes = [f"range {n}: {e}" for n, e in u.given_up] + \
+                    [f"range {n} failed {f}x: {e}" for n, f, e in u.failing]
+            if u.last_error:
+                notes.append(u.last_error)
+            table.add_row(u.unit if u.unit != r.table else "—",
+                          f"{u.sweep} ({'finished' if u.finished else 'in progress'})" if u.sweep else "none yet",
+                          f"{u.done}/{u.ranges}", str(len(u.given_up)), str(len(u.failing)),
+                          f"{u.last_run} {u.last_status}" if u.last_run else "never", f"{u.last_deleted:,}",
+                          "; ".join(dict.fromkeys(notes)))
+        console.print(table)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    reports = _reports(args, estimate=True)
+    if args.json:
+        print(json.dumps([{
+            "table": r.table, "waiting": r.waiting,
+            "ranges": [{"unit": unit, "range": e.range_no, "first_block": e.first_block, "end_block": e.end_block,
+                        "rows": e.rows, "orphans": e.orphans, "exact": e.exact}
+                       for unit, estimates in r.ranges.items() for e in estimates]} for r in reports], indent=2))
+        return 0
+    if not reports:
+        console.print("No orphan policies.")
+        return 0
+    for r in reports:
+        table = Table(title=f"orphans of {r.table} a run now would delete (estimated: nothing was changed)")
+        for col in ("partition", "range", "blocks", "rows ~", "orphans ~"):
+            table.add_column(col, justify="left" if col == "partition" else "right")
+        for unit, estimates in r.ranges.items():
+            for e in estimates:
+                mark = "" if e.exact else " ~"
+                table.add_row(unit if unit != r.table else "—", str(e.range_no), f"{e.first_block}-{e.end_block}",
+                              f"{e.rows:,}{mark}", f"{e.orphans:,}{mark}")
+        console.print(table)
+        if r.waiting:
+            console.print(f"[yellow]{r.waiting}[/]")
+    console.print("Ranges marked ~ are estimated from a few of their blocks; the others were counted whole.")
+    return 0
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -82,7 +82,7 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
                 for unit in list_units(conn, policy, pred):
                     out.append(_plan_unit(conn, policy, pred, unit))
             owner.restore(conn, local=True)
-        for policy in orphans.load_orphan_policies(conn, relids):
+        for policy in orphans.load_orphan_policies(conn, relids, tick=False):
             if relids is not None and policy.relid not in relids:
                 continue  # a child of a table asked for: planned with its own table
             if relids is None and not owner.can_act_as(conn, policy.owner):
@@ -91,9 +91,19 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
             owner.become(conn, policy.owner, policy.name, local=True)
             conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
             for unit in orphans.orphan_units(conn, policy):
-                out.append(_plan_unit(conn, policy, pred, unit))
+                out.append(_plan_orphans(conn, policy, pred, unit))
             owner.restore(conn, local=True)
     return out
+
+
+def _plan_orphans(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, unit: Unit) -> UnitPlan:
+    """A leaf's orphans, estimated range by range from a few blocks of each (exact for
+    a small leaf): a count of them all would look up every row in the parents."""
+    ranges = orphans.estimate_ranges(conn, policy, pred, unit)
+    rows, total = sum(r.orphans for r in ranges), sum(r.rows for r in ranges)
+    size = conn.execute("SELECT pg_catalog.pg_total_relation_size(%s::oid::regclass)", (unit.relid,)).fetchone()
+    reclaimed = int(size[0]) * rows // total if size and total else 0
+    return UnitPlan(policy.name, unit.name, "orphans", rows, total, None, reclaimed, None, policy.paused)
 
 
 def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, unit: Unit) -> UnitPlan:
