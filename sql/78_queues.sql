@@ -87,17 +87,19 @@ AS $fn$
 $fn$;
 
 -- The pieces of SQL a queue's statements are built from (an error for a table
--- without a queue).
+-- without a queue), but the shard expression (ttl._queue_sql adds it):
 --   keys:  T's key columns, quoted, in order ("id", "region")
 --   ks:    the queue's own names for them (k1, k2)
 --   types: their types, as SQL
 --   expiry: when a row expires, over T's columns (ttl._row_expiry_sql)
---   shard:  the shard of a row, over T's key columns
---   src:    T's rows as a FROM item: ONLY T, or for a partitioned table T itself
+--   src:    T's rows as a FROM item: ONLY T, or for a partitioned T T itself
 --           (its partitions' rows)
-CREATE OR REPLACE FUNCTION ttl._queue_sql(tbl oid, OUT qname text, OUT keys text[], OUT ks text[], OUT types text[],
-                                          OUT expiry text, OUT shard text, OUT shards integer, OUT src text,
-                                          OUT parted boolean)
+-- A pass builds its statements from these alone: the shard expression's catalog
+-- query costs several milliseconds to plan, and a shard's entries need no hash
+-- (the shard is known).
+CREATE OR REPLACE FUNCTION ttl._queue_parts(tbl oid, OUT qname text, OUT keys text[], OUT ks text[], OUT types text[],
+                                            OUT expiry text, OUT shards integer, OUT src text, OUT parted boolean,
+                                            OUT key_attnums smallint[])
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -119,9 +121,26 @@ BEGIN
       JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum;
     expiry := ttl._row_expiry_sql(p);
     shards := q.shards;
-    shard := ttl._queue_shard_sql(tbl, q.key_attnums, '', q.shards);
+    key_attnums := q.key_attnums;
     parted := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
     src := CASE WHEN parted THEN tbl::regclass::text ELSE 'ONLY ' || tbl::regclass::text END;
+END
+$fn$;
+
+-- ttl._queue_parts with shard: the shard of a row, over T's key columns.
+CREATE OR REPLACE FUNCTION ttl._queue_sql(tbl oid, OUT qname text, OUT keys text[], OUT ks text[], OUT types text[],
+                                          OUT expiry text, OUT shard text, OUT shards integer, OUT src text,
+                                          OUT parted boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    key smallint[];
+BEGIN
+    SELECT q.qname, q.keys, q.ks, q.types, q.expiry, q.shards, q.src, q.parted, q.key_attnums
+      INTO qname, keys, ks, types, expiry, shards, src, parted, key
+      FROM ttl._queue_parts(tbl) q;
+    shard := ttl._queue_shard_sql(tbl, key, '', shards);
 END
 $fn$;
 
@@ -417,7 +436,7 @@ BEGIN
         -- only when an earlier row with that key left it at that very expiry
         -- (or the fill added it meanwhile): then again, keeping those, locked
         -- (DO UPDATE), so that a drain removing one as its row's is gone waits
-        -- for this transaction and then sees the new row (queue_recheck_sql).
+        -- for this transaction and then sees the new row (ttl.queue_drain_sql: recheck).
         BEGIN
             INSERT INTO %1$s (shard, expires_at, %2$s)
             SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL;
@@ -619,59 +638,129 @@ BEGIN
 END
 $fn$;
 
--- The statement that drains one batch of shard `shard` of T's queue at
--- `cutoff`: the first $2 entries after position $1 (a jsonb array
--- [expires_at, k1, ..., kn]; NULL: from the start) whose expiry is at or
--- before the cutoff; their rows, re-checked (ttl.expired_sql) and not locked by
--- the application, are deleted, and with them these entries (the DELETE
--- trigger removes the entries at the rows' expiry; an earlier one is removed
--- here, matched in memory with the rows deleted: no index probe for the usual
--- exact entry). Returns (entries read, rows deleted, the last entry's position).
--- Run as T's owner with names resolving as ttl._table_search_path(T) says.
-CREATE OR REPLACE FUNCTION ttl.queue_drain_sql(tbl oid, shard integer, cutoff timestamptz) RETURNS text
+-- Earlier versions built these statements shard by shard, one function each.
+DROP FUNCTION IF EXISTS ttl.queue_drain_sql(oid, integer, timestamptz);
+DROP FUNCTION IF EXISTS ttl.queue_repair_sql(oid, integer);
+DROP FUNCTION IF EXISTS ttl.queue_recheck_sql(oid);
+
+-- The statements a pass drains T's queue with at `cutoff`, built once for all
+-- its shards (the shard is a parameter, so each batch's plan keeps only that
+-- shard's table). Run as T's owner with names resolving as
+-- ttl._table_search_path(T) says.
+--
+-- drain: one batch of shard $3: the first $2 entries after position $1 (a
+-- jsonb array [expires_at, k1, ..., kn]; NULL: from the start) whose expiry is
+-- at or before the cutoff; their rows, re-checked (ttl.expired_sql) and not
+-- locked by the application, are deleted in one statement, and with them these
+-- entries (the DELETE trigger removes the entries at the rows' expiry; an
+-- earlier one is removed here, matched in memory with the rows deleted). The
+-- same statement adds the batch to the counters of unit $5 of run $4 in
+-- ttl.run_unit and sets its checkpoint ({"strategy": "queue", "after": the last
+-- entry's position}), so a batch, its count and its checkpoint commit together
+-- in one round trip. Returns (entries read, rows deleted, the last entry's
+-- position).
+--
+-- repair: the entries of shard $3 in positions ($1, $2] (after a drain batch
+-- that left some rows): an entry whose row is gone goes; an entry whose row now
+-- expires at another instant (an early one, or one left by a race) is moved to
+-- the row's expiry, in its shard. The rows whose entries move are locked (FOR
+-- SHARE) while their expiry is read, so that an UPDATE cannot make the expiry
+-- earlier between the read and the commit (its trigger would find the entry it
+-- moves not yet moved); rows the application holds are skipped and keep their
+-- entries for the next pass, as do rows the drain left because they are held.
+-- Returns the entries removed and their keys (a jsonb array of [k1, ..., kn]).
+--
+-- recheck: run after a repair, in its transaction but with a new snapshot: the
+-- rows with a key whose entry the repair removed as its row was gone ($1, the
+-- keys it returned) that exist now get an entry at their expiry in shard $2. A
+-- row inserted meanwhile whose INSERT found that very entry there kept it
+-- locked (see ttl._queue_trigger_body): the repair waited for it, and this
+-- statement sees the row. Returns nothing.
+--
+-- An entry is always in its key's shard: moved and re-added entries stay in
+-- the shard being drained, so no key is hashed here.
+CREATE OR REPLACE FUNCTION ttl.queue_drain_sql(tbl oid, cutoff timestamptz,
+                                               OUT drain text, OUT repair text, OUT recheck text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     s record;
     expired text;
+    qks text;
     bks text;
+    keys text;
+    ks text;
     doomed text;
 BEGIN
     IF cutoff > now() THEN
         RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    s := ttl._queue_sql(tbl);
+    s := ttl._queue_parts(tbl);
     SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
+    qks := (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k);
     bks := (SELECT string_agg('b.' || k, ', ') FROM unnest(s.ks) k);
+    keys := array_to_string(s.keys, ', ');
+    ks := array_to_string(s.ks, ', ');
     -- A table's rows are found again by ctid; a partitioned table's by key
     -- (a ctid is only unique within one partition).
     doomed := CASE WHEN s.parted
         THEN format('(%1$s) IN (SELECT %1$s FROM %2$s WHERE (%1$s) IN (SELECT %3$s FROM b) AND %4$s FOR UPDATE SKIP LOCKED)',
-                    array_to_string(s.keys, ', '), s.src, array_to_string(s.ks, ', '), expired)
+                    keys, s.src, ks, expired)
         ELSE format('ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid FROM %1$s WHERE (%2$s) IN (SELECT %3$s FROM b)'
-                    ' AND %4$s FOR UPDATE SKIP LOCKED))', s.src, array_to_string(s.keys, ', '),
-                    array_to_string(s.ks, ', '), expired) END;
-    RETURN format(
-        'WITH b AS (SELECT q.expires_at, %1$s FROM ONLY %2$s q'
-        '            WHERE q.shard OPERATOR(pg_catalog.=) %3$s AND q.expires_at OPERATOR(pg_catalog.<=) %4$L::pg_catalog.timestamptz'
-        '              AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %1$s) OPERATOR(pg_catalog.>) (%5$s))'
+                    ' AND %4$s FOR UPDATE SKIP LOCKED))', s.src, keys, ks, expired) END;
+    drain := format(
+        'WITH b AS (SELECT q.expires_at, %1$s FROM %2$s q'
+        '            WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
+        '              AND q.expires_at OPERATOR(pg_catalog.<=) %3$L::pg_catalog.timestamptz'
+        '              AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %1$s) OPERATOR(pg_catalog.>) (%4$s))'
         '            ORDER BY q.expires_at, %1$s LIMIT $2),'
-        ' d AS (DELETE FROM %6$s WHERE %7$s AND %8$s RETURNING %9$s, %12$s AS pg_ttl_expiry),'
-        ' e AS (DELETE FROM ONLY %2$s q USING b, d WHERE q.shard OPERATOR(pg_catalog.=) %3$s'
-        '         AND q.expires_at OPERATOR(pg_catalog.=) b.expires_at AND (%13$s) = (%10$s)'
-        '         AND (%10$s) = (%14$s) AND b.expires_at IS DISTINCT FROM d.pg_ttl_expiry)'
-        ' SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM d),'
-        '        (SELECT pg_catalog.jsonb_build_array(b.expires_at, %10$s) FROM b ORDER BY b.expires_at DESC, %11$s LIMIT 1)',
-        (SELECT string_agg('q.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
-        format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
-                                           WHERE q2.relid = tbl), shard)),
-        shard, cutoff, ttl._queue_pos_sql(s.types, 1),
-        s.src, doomed, expired, array_to_string(s.keys, ', '), bks,
-        (SELECT string_agg('b.' || s.ks[i] || ' DESC', ', ') FROM generate_subscripts(s.ks, 1) i), s.expiry,
-        (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k),
-        (SELECT string_agg('d.' || k, ', ') FROM unnest(s.keys) k));
+        ' d AS (DELETE FROM %5$s WHERE %6$s AND %7$s RETURNING %8$s, %9$s AS pg_ttl_expiry),'
+        ' e AS (DELETE FROM %2$s q USING b, d WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
+        '         AND q.expires_at OPERATOR(pg_catalog.=) b.expires_at AND (%1$s) = (%10$s)'
+        '         AND (%10$s) = (%11$s) AND b.expires_at IS DISTINCT FROM d.pg_ttl_expiry),'
+        ' n AS (SELECT (SELECT pg_catalog.count(*) FROM b) AS selected, (SELECT pg_catalog.count(*) FROM d) AS deleted,'
+        '              (SELECT pg_catalog.jsonb_build_array(b.expires_at, %10$s) FROM b'
+        '                ORDER BY b.expires_at DESC, %12$s LIMIT 1) AS last),'
+        ' a AS (UPDATE ttl.run_unit u SET rows_selected = u.rows_selected OPERATOR(pg_catalog.+) n.selected,'
+        '              rows_deleted = u.rows_deleted OPERATOR(pg_catalog.+) n.deleted,'
+        '              checkpoint = pg_catalog.jsonb_build_object(''strategy'', ''queue'', ''after'', n.last)'
+        '         FROM n WHERE u.run_id OPERATOR(pg_catalog.=) $4::pg_catalog.int8'
+        '          AND u.unit_relid OPERATOR(pg_catalog.=) $5::pg_catalog.oid AND n.selected OPERATOR(pg_catalog.>) 0)'
+        ' SELECT n.selected, n.deleted, n.last FROM n',
+        qks, s.qname, cutoff, ttl._queue_pos_sql(s.types, 1), s.src, doomed, expired, keys, s.expiry, bks,
+        (SELECT string_agg('d.' || k, ', ') FROM unnest(s.keys) k),
+        (SELECT string_agg('b.' || k || ' DESC', ', ') FROM unnest(s.ks) k));
+    repair := format(
+        'WITH ent AS (SELECT q.expires_at, %2$s FROM %1$s q WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
+        '     AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %2$s) OPERATOR(pg_catalog.>) (%3$s))'
+        '     AND (q.expires_at, %2$s) OPERATOR(pg_catalog.<=) (%4$s)),'
+        ' live AS (SELECT %6$s, %7$s AS pg_ttl_expiry FROM %5$s m WHERE (%6$s) IN (SELECT %8$s FROM ent)'
+        '     FOR SHARE OF m SKIP LOCKED),'
+        ' gone AS (DELETE FROM %1$s q USING ent WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
+        '     AND q.expires_at OPERATOR(pg_catalog.=) ent.expires_at'
+        '     AND (%2$s) = (%9$s)'
+        '     AND (EXISTS (SELECT 1 FROM live l WHERE (%10$s) = (%2$s) AND l.pg_ttl_expiry IS DISTINCT FROM q.expires_at)'
+        '          OR NOT EXISTS (SELECT 1 FROM %5$s m WHERE (%6$s) = (%2$s)))'
+        '   RETURNING %2$s),'
+        ' moved AS (INSERT INTO %1$s (shard, expires_at, %8$s)'
+        '   SELECT $3::pg_catalog.int2, pg_ttl_expiry, %11$s FROM live WHERE (%11$s) IN (SELECT * FROM gone)'
+        '      AND pg_ttl_expiry IS NOT NULL'
+        '   ON CONFLICT DO NOTHING)'
+        ' SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%8$s)) FROM gone',
+        s.qname, qks, ttl._queue_pos_sql(s.types, 1), ttl._queue_pos_sql(s.types, 2), s.src,
+        (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry, ks,
+        (SELECT string_agg('ent.' || k, ', ') FROM unnest(s.ks) k),
+        (SELECT string_agg('l.' || k, ', ') FROM unnest(s.keys) k), keys);
+    recheck := format(
+        'INSERT INTO %1$s (shard, expires_at, %2$s)'
+        ' SELECT $2::pg_catalog.int2, %3$s, %4$s FROM %5$s'
+        '  WHERE (%4$s) IN (SELECT %6$s FROM pg_catalog.jsonb_array_elements($1) g(k))'
+        '    AND %3$s IS NOT NULL ON CONFLICT DO NOTHING',
+        s.qname, ks, s.expiry, keys, s.src,
+        (SELECT string_agg(format('(g.k OPERATOR(pg_catalog.->>) %s)::%s', i - 1, s.types[i]), ', ')
+           FROM generate_subscripts(s.types, 1) i));
 END
 $fn$;
 
@@ -688,7 +777,7 @@ DECLARE
     s record;
     expired text;
 BEGIN
-    s := ttl._queue_sql(tbl);
+    s := ttl._queue_parts(tbl);
     SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
     RETURN format(
         'WITH e AS (SELECT q.expires_at, %1$s FROM ONLY %2$s q WHERE q.shard OPERATOR(pg_catalog.=) %3$s'
@@ -701,75 +790,6 @@ BEGIN
         format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
                                            WHERE q2.relid = tbl), shard)),
         shard, cutoff, s.expiry, s.src, array_to_string(s.keys, ', '), array_to_string(s.ks, ', '), expired);
-END
-$fn$;
-
--- The statement that repairs the entries of shard `shard` in positions
--- ($1, $2] (after a drain batch that left some rows): an entry whose row is
--- gone goes; an entry whose row now expires at another instant (an early one,
--- or one left by a race) is moved to the row's expiry. The rows whose entries
--- move are locked (FOR SHARE) while their expiry is read, so that an UPDATE
--- cannot make the expiry earlier between the read and the commit (its trigger
--- would find the entry it moves not yet moved); rows the application holds
--- are skipped and keep their entries for the next pass, as do rows the drain
--- left because they are held. Returns the entries removed and their keys (a
--- jsonb array of [k1, ..., kn], for ttl.queue_recheck_sql).
-CREATE OR REPLACE FUNCTION ttl.queue_repair_sql(tbl oid, shard integer) RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    s record;
-    qks text;
-BEGIN
-    s := ttl._queue_sql(tbl);
-    qks := (SELECT string_agg('q.' || k, ', ') FROM unnest(s.ks) k);
-    RETURN format(
-        'WITH ent AS (SELECT q.expires_at, %3$s FROM ONLY %1$s q WHERE q.shard OPERATOR(pg_catalog.=) %2$s'
-        '     AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %3$s) OPERATOR(pg_catalog.>) (%4$s))'
-        '     AND (q.expires_at, %3$s) OPERATOR(pg_catalog.<=) (%5$s)),'
-        ' live AS (SELECT %7$s, %8$s AS pg_ttl_expiry FROM %6$s m WHERE (%7$s) IN (SELECT %9$s FROM ent)'
-        '     FOR SHARE OF m SKIP LOCKED),'
-        ' gone AS (DELETE FROM ONLY %1$s q USING ent WHERE q.shard OPERATOR(pg_catalog.=) %2$s'
-        '     AND q.expires_at OPERATOR(pg_catalog.=) ent.expires_at'
-        '     AND (%3$s) = (%11$s)'
-        '     AND (EXISTS (SELECT 1 FROM live l WHERE (%12$s) = (%3$s) AND l.pg_ttl_expiry IS DISTINCT FROM q.expires_at)'
-        '          OR NOT EXISTS (SELECT 1 FROM %6$s m WHERE (%7$s) = (%3$s)))'
-        '   RETURNING %3$s),'
-        ' moved AS (INSERT INTO %13$s (shard, expires_at, %9$s)'
-        '   SELECT %10$s, pg_ttl_expiry, %14$s FROM live WHERE (%14$s) IN (SELECT * FROM gone) AND pg_ttl_expiry IS NOT NULL'
-        '   ON CONFLICT DO NOTHING)'
-        ' SELECT count(*), pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%9$s)) FROM gone',
-        format('ttl.%I', format('%s_%s', (SELECT relname FROM pg_class c JOIN ttl.queue q2 ON q2.queue_relid = c.oid
-                                           WHERE q2.relid = tbl), shard)),
-        shard, qks, ttl._queue_pos_sql(s.types, 1), ttl._queue_pos_sql(s.types, 2), s.src,
-        (SELECT string_agg('m.' || k, ', ') FROM unnest(s.keys) k), s.expiry, array_to_string(s.ks, ', '), s.shard,
-        (SELECT string_agg('ent.' || k, ', ') FROM unnest(s.ks) k),
-        (SELECT string_agg('l.' || k, ', ') FROM unnest(s.keys) k), s.qname, array_to_string(s.keys, ', '));
-END
-$fn$;
-
--- The statement run after a repair, in the same transaction but with a new
--- snapshot: the rows with a key whose entry the repair removed as its row was
--- gone ($1, its jsonb array of keys) that exist now get an entry at their
--- expiry. A row inserted meanwhile whose INSERT found that very entry there
--- kept it locked (see ttl._queue_trigger_body): the repair waited for it, and
--- this statement sees the row. Returns nothing.
-CREATE OR REPLACE FUNCTION ttl.queue_recheck_sql(tbl oid) RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    s record;
-BEGIN
-    s := ttl._queue_sql(tbl);
-    RETURN format(
-        'INSERT INTO %1$s (shard, expires_at, %2$s)'
-        ' SELECT %3$s, %4$s, %5$s FROM %6$s WHERE (%5$s) IN (SELECT %7$s FROM pg_catalog.jsonb_array_elements($1) g(k))'
-        '    AND %4$s IS NOT NULL ON CONFLICT DO NOTHING',
-        s.qname, array_to_string(s.ks, ', '), s.shard, s.expiry, array_to_string(s.keys, ', '), s.src,
-        (SELECT string_agg(format('(g.k OPERATOR(pg_catalog.->>) %s)::%s', i - 1, s.types[i]), ', ')
-           FROM generate_subscripts(s.types, 1) i));
 END
 $fn$;
 

@@ -216,8 +216,7 @@ def test_a_row_inserted_while_a_pass_removes_the_entry_it_found_keeps_an_entry(
     db.commit()
     app = connect(autocommit=False)
     app.execute("INSERT INTO t VALUES (1, '2026-01-01')")  # finds that entry there: keeps it, locked
-    queries = db.execute("SELECT ttl.queue_drain_sql('t'::regclass, 0, now()), ttl.queue_repair_sql('t'::regclass, 0),"
-                         " ttl.queue_recheck_sql('t'::regclass)").fetchone()
+    queries = db.execute("SELECT drain, repair, recheck FROM ttl.queue_drain_sql('t'::regclass, now())").fetchone()
     assert queries is not None
     db.commit()
     done: list[Any] = []
@@ -225,13 +224,13 @@ def test_a_row_inserted_while_a_pass_removes_the_entry_it_found_keeps_an_entry(
     def drain() -> None:  # what a pass does with that entry (pg_ttl/expire/queues.py)
         with connect(autocommit=False) as conn:
             cur = psycopg.RawCursor(conn)
-            got = cur.execute(queries[0], (None, 100)).fetchone()
+            got = cur.execute(queries[0], (None, 100, 0, None, None)).fetchone()  # shard 0, no run to count in
             assert got is not None and (got[0], got[1]) == (1, 0)  # the entry read, no row deleted
-            repaired = cur.execute(queries[1], (None, Jsonb(got[2]))).fetchone()  # waits for the INSERT
+            repaired = cur.execute(queries[1], (None, Jsonb(got[2]), 0)).fetchone()  # waits for the INSERT
             assert repaired is not None
             done.append(repaired[0])
             if repaired[1] is not None:
-                cur.execute(queries[2], (Jsonb(repaired[1]),))
+                cur.execute(queries[2], (Jsonb(repaired[1]), 0))
             conn.commit()
 
     th = threading.Thread(target=drain)

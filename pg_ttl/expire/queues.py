@@ -6,13 +6,15 @@ expiry later leaves the entry early, and the drain moves it. A table with a
 queue is not swept: each shard is a unit of work (claimed, checkpointed,
 resumable, several workers drain different shards at once). A shard is read in
 (expiry, key) order from its checkpoint, ``delete_batch_size`` entries per
-transaction: the rows of the entries whose expiry has passed are deleted with
+statement: the rows of the entries whose expiry has passed are deleted with
 the expiry re-checked on the row itself and application row locks skipped,
-with these entries; when some rows stayed, the entries of that range whose row
-is gone are removed and those whose row now expires at another instant (early
-ones) are moved there, their rows locked meanwhile (``ttl.queue_repair_sql``).
-The statements are the database's (``ttl.queue_drain_sql``); this module runs
-them and keeps the books.
+with these entries, and the unit's counters and checkpoint move in that same
+statement (one round trip, one commit per batch). When some rows stayed, the
+entries of that range whose row is gone are removed and those whose row now
+expires at another instant (early ones) are moved there, their rows locked
+meanwhile, in a second short transaction. The statements are the database's
+(``ttl.queue_drain_sql``, built once per table run for all its shards); this
+module runs them.
 
 A queue being filled (existing rows added by ``ttl.queue_backfill``) is
 filled first, batch by batch; a pass stopped meanwhile sweeps the table as if
@@ -42,11 +44,11 @@ SELECT c.oid, c.relname, q.backfilled
 """
 BACKFILL = "SELECT ttl.queue_backfill(%s::oid::regclass, %s)"
 BACKFILL_BATCH = 10_000
-ACCOUNT = """
-UPDATE ttl.run_unit SET rows_selected = rows_selected + %(selected)s, rows_deleted = rows_deleted + %(deleted)s,
-       checkpoint = %(checkpoint)s
- WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
-"""
+# The statements of a table's run, by its predicate (id, with the object itself to tell
+# a new one at the same address): see _statements.
+_STATEMENTS: dict[int, tuple[Any, tuple[str, str, str]]] = {}
+# A batch whose rows keep moving to other partitions under its repair is left for the next pass.
+MOVED_RETRIES = 3
 
 
 def fill(conn: psycopg.Connection[Any], policy: EnginePolicy, stopping: Any) -> bool:
@@ -82,46 +84,79 @@ def shard_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Uni
     return [Unit(int(oid), "ttl", str(relname), "queue") for oid, relname, _ in conn.execute(SHARDS, (policy.relid,))]
 
 
+def _statements(ctx: UnitContext) -> tuple[str, str, str]:
+    """The drain, repair and recheck statements of the table's run (``ttl.queue_drain_sql``),
+    built once for all its shards: the predicate is built once per table run, so it
+    names the run (building them costs more than draining a shard with a few due rows)."""
+    got = _STATEMENTS.get(id(ctx.pred))
+    if got is not None and got[0] is ctx.pred:
+        return got[1]
+    row = ctx.conn.execute("SELECT drain, repair, recheck FROM ttl.queue_drain_sql(%s, %s)",
+                           (ctx.policy.relid, ctx.pred.cutoff)).fetchone()
+    assert row is not None
+    statements = (str(row[0]), str(row[1]), str(row[2]))
+    if len(_STATEMENTS) >= 16:  # runs of other tables, done
+        _STATEMENTS.clear()
+    _STATEMENTS[id(ctx.pred)] = (ctx.pred, statements)
+    return statements
+
+
 def drain(ctx: UnitContext) -> str:
     """Drain one shard at the run's cutoff; returns 'ok' or 'partial' (stopped)."""
     shard = shard_number(ctx.unit)
-    row = ctx.conn.execute("SELECT ttl.queue_drain_sql(%s, %s, %s), ttl.queue_repair_sql(%s, %s),"
-                           " ttl.queue_recheck_sql(%s)",
-                           (ctx.policy.relid, shard, ctx.pred.cutoff, ctx.policy.relid, shard,
-                            ctx.policy.relid)).fetchone()
-    assert row is not None
-    drain_sql, repair_sql, recheck_sql = str(row[0]), str(row[1]), str(row[2])
+    drain_sql, repair_sql, recheck_sql = _statements(ctx)
     after = (ctx.checkpoint or {}).get("after") if (ctx.checkpoint or {}).get("strategy") == "queue" else None
     batch = max(1, ctx.policy.delete_batch_size)
     cur = psycopg.RawCursor(ctx.conn)
     while True:
         if ctx.stopping():
             return "partial"
+        position = Jsonb(after) if after is not None else None
         try:
-            with ctx.conn.transaction():
-                got = cur.execute(drain_sql, (Jsonb(after) if after is not None else None, batch)).fetchone()
-                assert got is not None
-                selected, deleted, last = int(got[0]), int(got[1]), got[2]
-                if selected == 0:
-                    return "ok"
-                if deleted < selected:  # some entries' rows stayed (held, gone, or expiring later): check them
-                    repaired = cur.execute(repair_sql, (Jsonb(after) if after is not None else None,
-                                                        Jsonb(last))).fetchone()
-                    if repaired is not None and repaired[1] is not None:  # rows gone: inserted since?
-                        cur.execute(recheck_sql, (Jsonb(repaired[1]),))
-                ctx.conn.execute(ACCOUNT, {"selected": selected, "deleted": deleted, "run_id": ctx.run_id,
-                                           "unit": ctx.unit.relid,
-                                           "checkpoint": Jsonb({"strategy": "queue", "after": last})})
+            # One statement (the session is in autocommit): the batch's rows and entries, its
+            # counters and its checkpoint commit together, in one round trip.
+            got = cur.execute(drain_sql, (position, batch, shard, ctx.run_id, ctx.unit.relid)).fetchone()
         except errors.LockNotAvailable as exc:
-            raise UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
-                              "by another session") from exc
+            raise _timeout(ctx) from exc
         except errors.SerializationFailure:
             continue  # a row moved to another partition meanwhile: a new statement no longer sees it
-        after = last
+        assert got is not None
+        selected, deleted, last = int(got[0]), int(got[1]), got[2]
+        if selected == 0:
+            return "ok"
         ctx.selected += selected
         ctx.deleted += deleted
         ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, selected, deleted)
+        if deleted < selected:  # some entries' rows stayed (held, gone, or expiring later): check them
+            _repair(ctx, cur, (repair_sql, recheck_sql), position, Jsonb(last), shard)
+        after = last
         ctx.select_limiter.add(selected)
         ctx.delete_limiter.add(deleted)
         if selected < batch:
             return "ok"
+
+
+def _repair(ctx: UnitContext, cur: psycopg.RawCursor[Any], statements: tuple[str, str], position: Jsonb | None,
+            last: Jsonb, shard: int) -> None:
+    """The entries of a drained batch whose rows stayed, checked against them in one
+    transaction: the recheck needs a new snapshot after the repair, and a row must not
+    be left between them without an entry. Left as they are (early or extra, never
+    late) when rows keep moving to other partitions under them: the next pass reads
+    them again."""
+    repair_sql, recheck_sql = statements
+    for _ in range(MOVED_RETRIES):
+        try:
+            with ctx.conn.transaction():
+                repaired = cur.execute(repair_sql, (position, last, shard)).fetchone()
+                if repaired is not None and repaired[1] is not None:  # rows gone: inserted since?
+                    cur.execute(recheck_sql, (Jsonb(repaired[1]), shard))
+            return
+        except errors.LockNotAvailable as exc:
+            raise _timeout(ctx) from exc
+        except errors.SerializationFailure:
+            continue
+
+
+def _timeout(ctx: UnitContext) -> UnitTimeout:
+    return UnitTimeout(f"lock_timeout ({ctx.settings.lock_timeout}) reached: a lock on the table is held "
+                       "by another session")
