@@ -446,7 +446,13 @@ BEGIN
                 ON CONFLICT (shard, expires_at, %2$s) DO UPDATE SET expires_at = EXCLUDED.expires_at;
         END;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
-        DELETE FROM %1$s q USING (%4$s) o WHERE %6$s;
+        -- A pass removes the entries of the rows it deletes itself, by their
+        -- position, and says so for its own statement (ttl.queue_drain_sql).
+        -- Anyone else setting it only leaves entries whose row is gone: the
+        -- drain removes them.
+        IF pg_catalog.current_setting('pg_ttl.queue_drain', true) IS DISTINCT FROM %5$L THEN
+            DELETE FROM %1$s q USING (%4$s) o WHERE %6$s;
+        END IF;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         DELETE FROM %1$s q USING (%4$s) o WHERE %6$s AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE %7$s);
         INSERT INTO %1$s (shard, expires_at, %2$s)
@@ -651,10 +657,13 @@ DROP FUNCTION IF EXISTS ttl.queue_recheck_sql(oid);
 -- drain: one batch of shard $3: the first $2 entries after position $1 (a
 -- jsonb array [expires_at, k1, ..., kn]; NULL: from the start) whose expiry is
 -- at or before the cutoff; their rows, re-checked (ttl.expired_sql) and not
--- locked by the application, are deleted in one statement, and with them these
--- entries (the DELETE trigger removes the entries at the rows' expiry; an
--- earlier one is removed here, matched in memory with the rows deleted). The
--- same statement adds the batch to the counters of unit $5 of run $4 in
+-- locked by the application, are deleted in one statement, and with them the
+-- entries read whose row it deleted, found by their position in the shard
+-- (ctid: no index probe, no hash). The statement tells the table's DELETE
+-- trigger so (pg_ttl.queue_drain, for its transaction), which then does not
+-- look for the entries of these rows at their expiry: an entry of a deleted row
+-- not read here (a second one, later) is due too, and a later batch removes it
+-- as its row is gone. The same statement adds the batch to the counters of unit $5 of run $4 in
 -- ttl.run_unit and sets its checkpoint ({"strategy": "queue", "after": the last
 -- entry's position}), so a batch, its count and its checkpoint commit together
 -- in one round trip. Returns (entries read, rows deleted, the last entry's
@@ -711,15 +720,14 @@ BEGIN
         ELSE format('ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid FROM %1$s WHERE (%2$s) IN (SELECT %3$s FROM b)'
                     ' AND %4$s FOR UPDATE SKIP LOCKED))', s.src, keys, ks, expired) END;
     drain := format(
-        'WITH b AS (SELECT q.expires_at, %1$s FROM %2$s q'
+        'WITH b AS (SELECT q.expires_at, %1$s, q.ctid AS pg_ttl_entry FROM %2$s q'
         '            WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
         '              AND q.expires_at OPERATOR(pg_catalog.<=) %3$L::pg_catalog.timestamptz'
         '              AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %1$s) OPERATOR(pg_catalog.>) (%4$s))'
         '            ORDER BY q.expires_at, %1$s LIMIT $2),'
         ' d AS (DELETE FROM %5$s WHERE %6$s AND %7$s RETURNING %8$s, %9$s AS pg_ttl_expiry),'
-        ' e AS (DELETE FROM %2$s q USING b, d WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
-        '         AND q.expires_at OPERATOR(pg_catalog.=) b.expires_at AND (%1$s) = (%10$s)'
-        '         AND (%10$s) = (%11$s) AND b.expires_at IS DISTINCT FROM d.pg_ttl_expiry),'
+        ' e AS (DELETE FROM %2$s q WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
+        '         AND q.ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT b.pg_ttl_entry FROM b JOIN d ON (%10$s) = (%11$s)))),'
         ' n AS (SELECT (SELECT pg_catalog.count(*) FROM b) AS selected, (SELECT pg_catalog.count(*) FROM d) AS deleted,'
         '              (SELECT pg_catalog.jsonb_build_array(b.expires_at, %10$s) FROM b'
         '                ORDER BY b.expires_at DESC, %12$s LIMIT 1) AS last),'
@@ -728,10 +736,11 @@ BEGIN
         '              checkpoint = pg_catalog.jsonb_build_object(''strategy'', ''queue'', ''after'', n.last)'
         '         FROM n WHERE u.run_id OPERATOR(pg_catalog.=) $4::pg_catalog.int8'
         '          AND u.unit_relid OPERATOR(pg_catalog.=) $5::pg_catalog.oid AND n.selected OPERATOR(pg_catalog.>) 0)'
-        ' SELECT n.selected, n.deleted, n.last FROM n',
+        ' SELECT n.selected, n.deleted, n.last,'
+        '        pg_catalog.set_config(''pg_ttl.queue_drain'', %13$L, true) IS NOT NULL FROM n',
         qks, s.qname, cutoff, ttl._queue_pos_sql(s.types, 1), s.src, doomed, expired, keys, s.expiry, bks,
         (SELECT string_agg('d.' || k, ', ') FROM unnest(s.keys) k),
-        (SELECT string_agg('b.' || k || ' DESC', ', ') FROM unnest(s.ks) k));
+        (SELECT string_agg('b.' || k || ' DESC', ', ') FROM unnest(s.ks) k), tbl::text);
     repair := format(
         'WITH ent AS (SELECT q.expires_at, %2$s FROM %1$s q WHERE q.shard OPERATOR(pg_catalog.=) $3::pg_catalog.int2'
         '     AND ($1::pg_catalog.jsonb IS NULL OR (q.expires_at, %2$s) OPERATOR(pg_catalog.>) (%3$s))'
