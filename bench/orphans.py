@@ -8,6 +8,8 @@ run on one server:
 - pg_ttl: an orphan policy (min_age 0: every child is old) and one pass;
 - pg_ttl with two workers: two passes at once on the same table, sharing its
   ranges (each range done by one of them);
+- pg_ttl without an age column: the rows' transactions against the passes'
+  clock (docs/orphans.md), the same pass otherwise;
 - one statement: ``DELETE FROM data d WHERE NOT EXISTS (SELECT 1 FROM
   metadata m WHERE m.hash = d.hash)``;
 - a batched loop: ``DELETE FROM data WHERE ctid IN (SELECT ctid FROM data d
@@ -80,10 +82,11 @@ class LongestTransaction:
         self.thread.join()
 
 
-def run_pg_ttl(dsn: str, workers: int = 1) -> tuple[int, float]:
+def run_pg_ttl(dsn: str, workers: int = 1, age_column: str | None = "created_at") -> tuple[int, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # (without an age column, min_age 0 lets the pass use the clock entry this call makes)
         conn.execute("SELECT ttl.enable_orphans('data', '{hash}', 'metadata', min_age => '0',"
-                     " age_column => 'created_at')")
+                     " age_column => %s)", (age_column,))
     results: list[TableResult] = []
     with LongestTransaction(dsn, "pg-ttl engine") as watch:
         # each worker a pass of its own, as workers on several hosts run them
@@ -98,6 +101,10 @@ def run_pg_ttl(dsn: str, workers: int = 1) -> tuple[int, float]:
 
 def run_pg_ttl_two(dsn: str) -> tuple[int, float]:
     return run_pg_ttl(dsn, workers=2)
+
+
+def run_pg_ttl_no_age(dsn: str) -> tuple[int, float]:
+    return run_pg_ttl(dsn, age_column=None)
 
 
 def run_single(dsn: str) -> tuple[int, float]:
@@ -121,8 +128,9 @@ def run_loop(dsn: str) -> tuple[int, float]:
 
 
 LOOP = "batched DELETE … ctid IN (… LIMIT 10000) loop"
-CONTENDERS = {"pg_ttl": run_pg_ttl, "pg_ttl, 2 workers": run_pg_ttl_two, "one DELETE … NOT EXISTS": run_single,
-              LOOP: run_loop}
+SINGLE = "one DELETE … NOT EXISTS"
+CONTENDERS = {"pg_ttl": run_pg_ttl, "pg_ttl, 2 workers": run_pg_ttl_two, "pg_ttl, no age column": run_pg_ttl_no_age,
+              SINGLE: run_single, LOOP: run_loop}
 
 
 def _copy_database(server: LocalServer, template: str, name: str) -> str:
@@ -132,7 +140,8 @@ def _copy_database(server: LocalServer, template: str, name: str) -> str:
     return server.dsn(name)
 
 
-def measure(server: LocalServer, rows: int, share: float, reps: int) -> dict[str, dict[str, Any]]:
+def measure(server: LocalServer, rows: int, share: float, reps: int,
+            names: list[str] | None = None) -> dict[str, dict[str, Any]]:
     every = max(1, round(1 / share))
     template = server.create_database(f"orphans_{rows}")
     install.upgrade(template)
@@ -149,9 +158,10 @@ def measure(server: LocalServer, rows: int, share: float, reps: int) -> dict[str
         assert orphans is not None
         expected = int(orphans[0])
         dbname = conn.info.dbname
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in CONTENDERS}
+    chosen = {name: c for name, c in CONTENDERS.items() if names is None or name in names}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
     for rep in range(reps):  # the contenders in turn, rep after rep: load that comes and goes hits all
-        for i, (name, contender) in enumerate(CONTENDERS.items()):
+        for i, (name, contender) in enumerate(chosen.items()):
             if rep > 0 and name == LOOP:
                 continue  # 15-30 times slower than the others: one run says enough
             copy = _copy_database(server, dbname, f"orphans_{rows}_{rep}_{i}")
@@ -184,26 +194,31 @@ def main() -> None:
     parser.add_argument("--orphans", type=float, default=0.10, help="share of children without a parent")
     parser.add_argument("--reps", type=int, default=1,
                         help="runs of each contender (the loop: one), in turn; the median is reported")
+    parser.add_argument("--contenders", nargs="+", choices=list(CONTENDERS), metavar="NAME",
+                        help=f"only these (default: all): {', '.join(repr(n) for n in CONTENDERS)}")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
+    if args.contenders is not None and SINGLE not in args.contenders:
+        parser.error(f"--contenders must include {SINGLE!r}: every result is compared with it")
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "1GB",
                                    "max_wal_size": "8GB", "autovacuum": "off"})
     server.start()
     results: dict[int, dict[str, dict[str, Any]]] = {}
     try:
         for rows in args.rows:
-            results[rows] = measure(server, rows, args.orphans, args.reps)
+            results[rows] = measure(server, rows, args.orphans, args.reps, args.contenders)
     finally:
         server.cleanup()
     print(f"{server.version}; child rows ~100 B, {args.orphans:.0%} orphans, parent = rows / 5 keys (btree)\n")
     print("| child rows | contender | seconds | orphans/s | vs one DELETE | vs loop | longest transaction |")
     print("|---|---|---|---|---|---|---|")
     for rows, by in results.items():
-        single = by["one DELETE … NOT EXISTS"]["orphans_per_second"]
-        loop = by[LOOP]["orphans_per_second"]
+        single = by[SINGLE]["orphans_per_second"]
+        loop = by[LOOP]["orphans_per_second"] if LOOP in by else None
         for name, r in by.items():
+            vs_loop = f"{r['orphans_per_second'] / loop:.2f} x" if loop else "—"
             print(f"| {rows:,} | {name} | {r['seconds']:.2f} | {r['orphans_per_second']:,.0f} | "
-                  f"{r['orphans_per_second'] / single:.2f} x | {r['orphans_per_second'] / loop:.2f} x | "
+                  f"{r['orphans_per_second'] / single:.2f} x | {vs_loop} | "
                   f"{r['longest_transaction_seconds'] * 1000:.0f} ms |")
     if args.json:
         args.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
