@@ -130,3 +130,26 @@ def test_the_clock_is_written_only_by_pg_ttl(db: Conn, connect: Any) -> None:
     else:
         raise AssertionError("a user wrote the xid clock")
     assert conn.execute("SELECT count(*) FROM ttl.xid_clock").fetchone() == (1,)
+
+
+def test_no_age_column_through_ttl_ddl_the_command_line_and_dump(db: Conn, dsn: str, cli: Any) -> None:
+    from pg_ttl.ddl.apply import apply
+    from pg_ttl.ddl.dump import dump
+
+    conn = _setup(db)
+    apply(conn, "ALTER TABLE data SET (ttl_orphan_of = 'metadata(hash)', ttl_orphan_key = 'hash',"
+                " ttl_orphan_min_age = '2 hours');", "orphans.sql")
+    assert conn.execute("SELECT age_attnum, min_age::text FROM ttl.orphan_policy").fetchone() == (None, "02:00:00")
+    text = dump(conn)
+    assert "ttl_orphan_of = 'public.metadata(hash)'" in text and "ttl_orphan_age_column" not in text
+    conn.execute("SELECT ttl.disable_orphans('data')")
+    apply(conn, text, "dump.sql")
+    assert conn.execute("SELECT age_attnum, min_age::text FROM ttl.orphan_policy").fetchone() == (None, "02:00:00")
+    conn.execute("SELECT ttl.disable_orphans('data')")
+    res = cli("orphans", "set", "data", "--key", "hash", "--parent", "metadata", "--dsn", dsn)
+    assert res.returncode == 0, res.stderr
+    assert conn.execute("SELECT age_attnum, min_age::text FROM ttl.orphan_policy").fetchone() == (None, "01:00:00")
+    # the plan says nothing goes yet, and why
+    plan = cli("orphans", "plan", "data", "--dsn", dsn)
+    assert plan.returncode == 0, plan.stderr
+    assert "no age column: orphans are deleted from" in plan.stdout
