@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pg_ttl.expire import expire, oldest_expired
+from pg_ttl.expire import Engine, oldest_expired
 from pg_ttl.worker import config as config_mod
 from pg_ttl.worker.daemon import Worker
 from pg_ttl.worker.logs import LOGGER_NAME
@@ -308,17 +308,22 @@ def test_engine_error_fails_only_its_table(dsn: str, connect: Any, capture: _Cap
     held = connect(autocommit=False)
     raised: list[BaseException] = []
 
-    def engine(engine_dsn: str, tables: Sequence[str], **kwargs: Any) -> Any:
-        if tables == ["public.a"]:
-            try:
-                fail(engine_dsn, held)
-            except Exception as exc:
-                raised.append(exc)
-                raise
-        return expire(engine_dsn, tables, **kwargs)
+    a_relid = conn.execute("SELECT 'a'::regclass::oid").fetchone()[0]
+
+    class FailingOnA(Engine):
+        """The real engine session, failing the way `fail` does when it runs table a."""
+
+        def expire(self, tables: Sequence[str] | None = None, **kwargs: Any) -> Any:
+            if kwargs.get("relids") == [a_relid]:
+                try:
+                    fail(dsn, held)
+                except Exception as exc:
+                    raised.append(exc)
+                    raise
+            return super().expire(tables, **kwargs)
 
     cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-fail"}, environ={})
-    worker = Worker(cfg, once=True, engine=engine, oldest_expired=oldest_expired)
+    worker = Worker(cfg, once=True, engine=FailingOnA, oldest_expired=oldest_expired)
     try:
         code = worker.run()
     finally:
@@ -351,7 +356,7 @@ def test_engine_error_fails_only_its_table(dsn: str, connect: Any, capture: _Cap
 def _loop(dsn: str) -> Iterator[DatabaseLoop]:
     """A database loop, not started: its catalog read is called directly."""
     cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True}, environ={})
-    worker = Worker(cfg, engine=lambda *a, **k: [], oldest_expired=lambda c, r: None)
+    worker = Worker(cfg, engine=Engine, oldest_expired=lambda c, r: None)  # never runs a table
     loop = DatabaseLoop(cfg.databases[0], worker.shared)
     try:
         yield loop

@@ -132,13 +132,13 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
     """One pass over the tables that have column TTLs but no table TTL, partition by partition;
     ``batch_size`` rows examined per step (default: the select_batch_size option's default)."""
     results: list[TableResult] = []
-    if batch_size is None:
-        row = conn.execute("SELECT default_value::int FROM ttl.options WHERE name = 'select_batch_size'").fetchone()
-        batch_size = int(row[0]) if row else 10000
     ids = list(relids) if relids is not None else None
     for relid, schema, relname in conn.execute(COLUMN_ONLY, (ids, ids)).fetchall():
         if stop is not None and stop.is_set():
             break
+        if batch_size is None:
+            row = conn.execute("SELECT default_value::int FROM ttl.options WHERE name = 'select_batch_size'").fetchone()
+            batch_size = int(row[0]) if row else 10000
         name = f"{schema}.{relname}" if schema != "public" else str(relname)
         started = time.monotonic()
         run_id = history.start_run(conn, relid, name, worker, cutoff)

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import errors
 
 from pg_ttl.archive.storage import StorageError
-from pg_ttl.expire import columns, history, orphans, owner, partitions, queues, ranges, rows, tiers
+from pg_ttl.expire import columns, history, oldest, orphans, owner, partitions, queues, ranges, rows, tiers
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -57,11 +57,15 @@ def check_primary(conn: psycopg.Connection[Any]) -> None:
                           "only on the primary; point --dsn at the primary")
 
 
-def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list[int]:
+def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str],
+                   search_path: str | None = None) -> list[int]:
+    """The tables' oids, names resolved in ``search_path`` (None: the session's)."""
     relids: list[int] = []
     for name in tables:
         try:
             with conn.transaction():
+                if search_path is not None:
+                    conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (search_path,))
                 row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
         except psycopg.errors.InvalidName as exc:  # e.g. 'ev; DROP TABLE x': not a table name at all
             raise EngineError(f'table argument "{name}" is not a valid table name: {error_text(exc)}') from exc
@@ -75,50 +79,127 @@ def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> list
     return relids
 
 
-def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Event | None = None,
-           progress: ProgressListener | None = None, worker: str | None = None,
-           cutoff: datetime | None = None) -> list[TableResult]:
-    """One pass over ``tables`` (None: every policy). ``stop`` set: finish the current batch, return.
+class Engine:
+    """An engine session: one connection for many passes. The worker keeps one per database
+    and runs each due table through it; ``expire`` opens one for a single pass.
 
-    The cutoff is the server's ``now()``, taken once. ``cutoff`` may set an
-    earlier one (tests, a cautious catch-up); never a later one: nothing is
-    deleted before it expires.
+    Between passes the session holds nothing: each table's run ends back in the session's own
+    role and search_path, and each unit releases its claim; after a pass that raised, every
+    claim is released (``pg_advisory_unlock_all``), so none outlives its run here.
     """
-    with connect(dsn) as conn:
-        relids = resolve_tables(conn, tables) if tables is not None else None  # the user's search_path
-        conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
-        row = conn.execute("SELECT now(), %s::timestamptz > now()", (cutoff,)).fetchone()
-        assert row is not None
-        if row[1]:
-            raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
-        cutoff = cutoff or row[0]  # once per run, from the server clock
-        assert cutoff is not None
-        settings = EngineSettings.load(conn)
-        history.close_dead_runs(conn)
+
+    # Closing the runs of dead sessions and pruning the history are database-wide chores:
+    # at a session's first pass, then at most this often (not once per table).
+    HOUSEKEEPING_SECONDS = 60.0
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = connect(dsn)
+        row = self.conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()
+        self._user_search_path = str(row[0]) if row else ""  # names given by the caller resolve in it
+        self.conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+        self._settings = EngineSettings.load(self.conn)  # as connect() applied them
+        self._housekept_at: float | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self.conn.broken or self.conn.closed
+
+    def check(self) -> None:
+        self.conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
+               stop: threading.Event | None = None, progress: ProgressListener | None = None,
+               worker: str | None = None, cutoff: datetime | None = None) -> list[TableResult]:
+        """One pass over ``tables`` (names, resolved in the session's search_path) and ``relids``
+        (None for both: every policy). ``stop`` set: finish the current batch, return.
+
+        The cutoff is the server's ``now()``, taken once. ``cutoff`` may set an
+        earlier one (tests, a cautious catch-up); never a later one: nothing is
+        deleted before it expires.
+        """
+        conn = self.conn
+        clean = False
+        try:
+            if tables is not None:
+                relids = [*(relids or []), *resolve_tables(conn, tables, self._user_search_path)]
+            row = conn.execute("SELECT now(), %s::timestamptz > now()", (cutoff,)).fetchone()
+            assert row is not None
+            if row[1]:
+                raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
+            cutoff = cutoff or row[0]  # once per run, from the server clock
+            assert cutoff is not None
+            settings = self._load_settings()
+            housekeeping = self._housekept_at is None or \
+                time.monotonic() - self._housekept_at >= self.HOUSEKEEPING_SECONDS
+            if housekeeping:
+                history.close_dead_runs(conn)
+            results = self._pass(relids, cutoff, settings, stop, progress or NullProgress(), worker)
+            if housekeeping:
+                history.prune(conn)
+                self._housekept_at = time.monotonic()
+            clean = True
+            return results
+        finally:
+            if not clean and not self.broken:
+                # A pass that raised may have left a unit claimed: its claims go with it.
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_catalog.pg_advisory_unlock_all()")
+
+    def _load_settings(self) -> EngineSettings:
+        """The settings as they are now; the session's timeouts follow a change."""
+        settings = EngineSettings.load(self.conn)
+        if (settings.statement_timeout, settings.lock_timeout) != \
+                (self._settings.statement_timeout, self._settings.lock_timeout):
+            self.conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false), "
+                              "pg_catalog.set_config('lock_timeout', %s, false)",
+                              (settings.statement_timeout, settings.lock_timeout))
+        self._settings = settings
+        return settings
+
+    def _pass(self, relids: Sequence[int] | None, cutoff: datetime, settings: EngineSettings,
+              stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> list[TableResult]:
+        conn = self.conn
+        wanted = list(relids) if relids is not None else None
         results: list[TableResult] = []
-        for policy in load_policies(conn, relids):
+        for policy in load_policies(conn, wanted):
             if stop is not None and stop.is_set():
                 break
-            if tiers.has_tiers(conn, policy.relid):  # rows that reached a storage tier move first
-                archived = expire_table(conn, policy, cutoff, settings, stop=stop,
-                                        progress=progress or NullProgress(), worker=worker, kind="archive")
+            if policy.has_tiers:  # rows that reached a storage tier move first
+                archived = expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
+                                        worker=worker, kind="archive")
                 results.append(archived)
                 # Rows past the DELETE are to be archived first: while their archive run did not
                 # finish (storage down, a row held by the application), none of them is deleted.
                 if archived.status != "ok" and tiers.archives_before_delete(conn, policy.relid):
                     continue
-            results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
-                                        progress=progress or NullProgress(), worker=worker))
+            results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
+                                        worker=worker))
         if stop is None or not stop.is_set():  # tables with column TTLs only
-            results.extend(columns.expire_column_only(conn, relids, cutoff, stop, worker))
+            results.extend(columns.expire_column_only(conn, wanted, cutoff, stop, worker))
         # Orphans last: the children of the tables just expired follow their parents.
-        for policy in orphans.load_orphan_policies(conn, relids):
+        for policy in orphans.load_orphan_policies(conn, wanted):
             if stop is not None and stop.is_set():
                 break
-            results.append(expire_table(conn, policy, cutoff, settings, stop=stop,
-                                        progress=progress or NullProgress(), worker=worker, kind="orphans"))
-        history.prune(conn)
+            results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
+                                        worker=worker, kind="orphans"))
         return results
+
+
+def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Event | None = None,
+           progress: ProgressListener | None = None, worker: str | None = None,
+           cutoff: datetime | None = None) -> list[TableResult]:
+    """One pass over ``tables`` (None: every policy) in a session of its own (see ``Engine``)."""
+    with Engine(dsn) as engine:
+        return engine.expire(tables, stop=stop, progress=progress, worker=worker, cutoff=cutoff)
 
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
@@ -159,6 +240,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         else:
             units = list_units(conn, policy, pred)
         _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress)
+        if kind == "rows" and (stop is None or not stop.is_set()):
+            _measure_oldest_left(conn, policy, pred, result)
     except (psycopg.Error, LookupError) as exc:
         if conn.broken:
             raise
@@ -173,11 +256,21 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             history.close_failed_run(conn, result.run_id, result.error)
         raise
     finally:
-        if not conn.broken:
-            conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
-            owner.restore(conn, local=False)
+        owner.restore(conn, local=False, search_path="pg_catalog, pg_temp")
     result.duration = time.monotonic() - started
     return result
+
+
+def _measure_oldest_left(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate,
+                         result: TableResult) -> None:
+    """What the run left expired, for the lag metric: read here, as the owner with the run's
+    predicate, it costs one query (a lookup of its own would cost nine)."""
+    try:
+        result.oldest_left = oldest.oldest_left(conn, policy, pred)
+        result.oldest_measured = True
+    except psycopg.Error:
+        if conn.broken:
+            raise  # otherwise (the table locked or dropped meanwhile) the worker looks it up itself
 
 
 STOPPED = "stopped: the pass was asked to stop before this unit; the next run does it"
@@ -281,7 +374,7 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
-        if res.status == "ok":  # its expired column values, while still claimed
+        if res.status == "ok" and policy.has_column_ttls:  # its expired column values, while still claimed
             columns.null_unit(ctx)
     elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
         ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
@@ -316,4 +409,4 @@ def estimate_expired(ctx: UnitContext) -> int | None:
     return int(row[0][0]["Plan"]["Plan Rows"]) if row else None
 
 
-__all__ = ["EngineError", "TableResult", "Unit", "UnitResult", "expire"]
+__all__ = ["Engine", "EngineError", "TableResult", "Unit", "UnitResult", "expire"]

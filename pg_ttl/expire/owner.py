@@ -25,14 +25,21 @@ def can_act_as(conn: psycopg.Connection[Any], owner: str) -> bool:
 
 
 def become(conn: psycopg.Connection[Any], owner: str, table: str, *, local: bool) -> None:
-    """Take ``owner``'s role, for the transaction (``local``) or the session."""
-    if not can_act_as(conn, owner):
+    """Take ``owner``'s role, for the transaction (``local``) or the session; one round trip."""
+    # SET ROLE is allowed to members of the role, checked against the session user.
+    row = conn.execute("SELECT CASE WHEN pg_catalog.pg_has_role(session_user, %s, 'MEMBER') "
+                       "THEN pg_catalog.set_config('role', %s, %s) END", (owner, owner, local)).fetchone()
+    if row is None or row[0] is None:
         raise NotOwner(f'cannot act as "{owner}", the owner of table {table}: the role this runs as is not a '
                        f'member of it (GRANT "{owner}" TO the worker\'s role, or run as the owner)')
-    conn.execute("SELECT pg_catalog.set_config('role', %s, %s)", (owner, local))
 
 
-def restore(conn: psycopg.Connection[Any], *, local: bool) -> None:
-    """Back to the session's own role."""
-    if not conn.broken:
+def restore(conn: psycopg.Connection[Any], *, local: bool, search_path: str | None = None) -> None:
+    """Back to the session's own role (and to ``search_path``, when given, in the same round trip)."""
+    if conn.broken:
+        return
+    if search_path is None:
         conn.execute("SELECT pg_catalog.set_config('role', 'none', %s)", (local,))
+    else:
+        conn.execute("SELECT pg_catalog.set_config('role', 'none', %s), pg_catalog.set_config('search_path', %s, %s)",
+                     (local, search_path, local))

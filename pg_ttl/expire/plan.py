@@ -14,7 +14,8 @@ from psycopg import sql
 from pg_ttl.expire import orphans, owner, queues, tiers
 from pg_ttl.expire.context import EngineSettings
 from pg_ttl.expire.engine import resolve_tables
-from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, expiry_of, load_policies
+from pg_ttl.expire.oldest import min_expiry, oldest_left
+from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.units import Unit, list_units
 
 
@@ -53,13 +54,6 @@ def _reading(conn: psycopg.Connection[Any]) -> Iterator[datetime]:
         row = conn.execute(READING, (EngineSettings.statement_timeout, EngineSettings.lock_timeout)).fetchone()
         assert row is not None
         yield row[0]
-
-
-def _min_expiry(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> sql.Composable:
-    if pred.column is None:
-        assert policy.expression is not None
-        return sql.SQL("min(({}))").format(sql.SQL(policy.expression))
-    return expiry_of(conn, policy, sql.SQL("min({})").format(pred.column))
 
 
 def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPlan]:
@@ -112,7 +106,7 @@ def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     only = sql.SQL("") if whole else sql.SQL("ONLY ")
     # An orphan has no expiry of its own to show.
     oldest = (sql.SQL("min(CAST(NULL AS pg_catalog.timestamptz))") if unit.action == "orphans"
-              else _min_expiry(conn, policy, pred))
+              else min_expiry(conn, policy, pred))
     query = sql.SQL(
         "SELECT count(*) FILTER (WHERE {cond}), count(*), (SELECT {oldest} FROM {only}{t} WHERE {cond}),"
         " (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(p.relid)),"
@@ -183,11 +177,7 @@ def _plan_export(conn: psycopg.Connection[Any], policy: EnginePolicy, unit: Unit
 
 
 def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None:
-    """Expiry time of the oldest expired row still present (None: nothing expired).
-
-    For column policies ``min(col)`` under ``col <= threshold`` is one index
-    probe per partition when the column is indexed.
-    """
+    """Expiry time of the oldest expired row still present (None: nothing expired)."""
     with _reading(conn) as cutoff:
         policies = load_policies(conn, [relid])
         if not policies:
@@ -196,16 +186,4 @@ def oldest_expired(conn: psycopg.Connection[Any], relid: int) -> datetime | None
         pred = build_predicate(conn, policy, cutoff)
         owner.become(conn, policy.owner, policy.name, local=True)
         conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (pred.search_path,))
-        if queues.filled(conn, policy):
-            # the queue knows: each shard's first due entries, their rows re-checked (an entry may be early)
-            found = []
-            for unit in queues.shard_units(conn, policy):
-                query = conn.execute("SELECT ttl.queue_oldest_sql(%s, %s, %s)",
-                                     (policy.relid, queues.shard_number(unit), cutoff)).fetchone()
-                assert query is not None
-                found.append(psycopg.RawCursor(conn).execute(query[0]).fetchone())
-            return min((r[0] for r in found if r and r[0] is not None), default=None)
-        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_min_expiry(conn, policy, pred), policy.ident,
-                                                             pred.expired)
-        row = conn.execute(query).fetchone()
-        return row[0] if row else None
+        return oldest_left(conn, policy, pred)

@@ -25,7 +25,9 @@ POLICY_QUERY = """
 SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.attname, t.typname, t.oid,
        p.expiration_expression, p.expire_after::text,
        p.unit, p.select_batch_size, p.delete_batch_size, p.select_rate_limit, p.delete_rate_limit, p.paused,
-       p.partition_action, p.detach_schema, c.relkind
+       p.partition_action, p.detach_schema, c.relkind,
+       p.value_ttls OR EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = p.relid),
+       EXISTS (SELECT 1 FROM ttl.tier s WHERE s.relid = p.relid)
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -56,6 +58,9 @@ class EnginePolicy:
     partition_action: str
     detach_schema: str | None
     relkind: str
+    # Read with the policy, so a run skips the lookups of what a table does not have.
+    has_column_ttls: bool = True  # column TTLs, or a CQL-style table's value TTLs
+    has_tiers: bool = True
 
     @property
     def name(self) -> str:

@@ -4,6 +4,7 @@ the CLI and the bench read them (nothing re-reads the run history for what is he
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import psycopg
 
@@ -48,6 +49,10 @@ class TableResult:
     rows_archived: int = 0  # of rows_deleted, those moved to storage by a tier first
     duration: float = 0.0
     error: str | None = None
+    # The expiry of the oldest row expired by the run's cutoff that the run left (the lag
+    # metric's number), when the run measured it at its end (oldest_measured).
+    oldest_left: datetime | None = None
+    oldest_measured: bool = False
 
     def add(self, unit: UnitResult) -> None:
         """Count one finished unit in."""

@@ -1,6 +1,6 @@
-"""The engine as its callers see it (the worker, the bench): one pass over some tables, and
-the expiry of a table's oldest expired row. ``pg_ttl.expire.expire`` and
-``pg_ttl.expire.oldest_expired`` implement these; a test may pass any function that does."""
+"""The engine as the worker sees it: a session that runs passes over some tables, and the
+expiry of a table's oldest expired row. ``pg_ttl.expire.Engine`` and
+``pg_ttl.expire.oldest_expired`` implement these; a test may pass anything that does."""
 
 from __future__ import annotations
 
@@ -16,17 +16,36 @@ from pg_ttl.expire.context import ProgressListener
 from pg_ttl.expire.results import TableResult
 
 
-class Expirer(Protocol):
-    """One pass over ``tables`` (None: every TTL table) of the database at ``dsn``.
+class EngineSession(Protocol):
+    """An engine session on one database, kept for many passes (``pg_ttl.expire.Engine``)."""
 
-    ``stop`` set: finish the current batch and return. ``cutoff``: an instant at or before the
-    server's clock (None: the server's now()); rows expired by then go. Returns one result per
-    table; raises only when the session is lost or the database cannot be served at all.
-    """
+    def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
+               stop: threading.Event | None = None, progress: ProgressListener | None = None,
+               worker: str | None = None, cutoff: datetime | None = None) -> Sequence[TableResult]:
+        """One pass over ``tables`` (names) or ``relids`` (None for both: every TTL table).
 
-    def __call__(self, dsn: str, tables: Sequence[str] | None, /, *, stop: threading.Event | None,
-                 progress: ProgressListener | None, worker: str | None,
-                 cutoff: datetime | None) -> Sequence[TableResult]: ...
+        ``stop`` set: finish the current batch and return. ``cutoff``: an instant at or before the
+        server's clock (None: the server's now()); rows expired by then go. Returns one result per
+        table; raises only when the session is lost or the database cannot be served at all.
+        """
+        ...
+
+    @property
+    def broken(self) -> bool:
+        """The session's connection is lost or closed: open another."""
+        ...
+
+    def check(self) -> None:
+        """One round trip to the server: a session the server ended is ``broken`` after it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class OpenEngine(Protocol):
+    """Opens an engine session on the database at ``dsn``."""
+
+    def __call__(self, dsn: str, /) -> EngineSession: ...
 
 
 class OldestExpired(Protocol):
@@ -35,4 +54,4 @@ class OldestExpired(Protocol):
     def __call__(self, conn: psycopg.Connection[TupleRow], relid: int, /) -> datetime | None: ...
 
 
-__all__ = ["Expirer", "OldestExpired", "ProgressListener", "TableResult"]
+__all__ = ["EngineSession", "OldestExpired", "OpenEngine", "ProgressListener", "TableResult"]

@@ -45,21 +45,21 @@ from pg_ttl.worker.session import RoleRefused
 from pg_ttl.worker.shared import Shared
 
 if TYPE_CHECKING:
-    from pg_ttl.expire.seam import Expirer, OldestExpired
+    from pg_ttl.expire.seam import OldestExpired, OpenEngine
 
 
-def load_engine() -> tuple[Expirer, OldestExpired]:
+def load_engine() -> tuple[OpenEngine, OldestExpired]:
     """The engine, imported when a worker starts (the CLI reports it missing)."""
-    from pg_ttl.expire import expire, oldest_expired
+    from pg_ttl.expire import Engine, oldest_expired
 
-    return expire, oldest_expired
+    return Engine, oldest_expired
 
 
 class Worker:
     """The whole process: database loops, metrics server, signals, systemd."""
 
     def __init__(self, config: WorkerConfig, *, cli_overrides: dict[str, Any] | None = None, once: bool = False,
-                 engine: Expirer | None = None, oldest_expired: OldestExpired | None = None,
+                 engine: OpenEngine | None = None, oldest_expired: OldestExpired | None = None,
                  notifier: SystemdNotifier | None = None) -> None:
         self.cli_overrides = dict(cli_overrides or {})
         self.logger = setup_logging(config.log_format, config.log_level)

@@ -1,10 +1,12 @@
-"""Expiration lag: after each run, and for the stalest tables at a slow background pace, the
-expiry of each table's oldest expired row, handed to the metrics (which turn it into a lag)."""
+"""Expiration lag: after each run (read by the run itself, at its end, when it could), and for
+the stalest tables at a slow background pace, the expiry of each table's oldest expired row,
+handed to the metrics (which turn it into a lag)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 
 from pg_ttl.worker.schedule import Entry, Scheduler
 from pg_ttl.worker.session import Conn, connection_lost
@@ -21,17 +23,21 @@ class LagMeter:
         self.next_at = 0.0  # monotonic time of the next background measurement
 
     def measure(self, conn: Conn, entry: Entry) -> None:
-        entry.lag_checked = time.monotonic()
-        shared = self.loop.shared
         try:
-            oldest = shared.oldest_expired(conn, entry.relid)
+            oldest = self.loop.shared.oldest_expired(conn, entry.relid)
         except Exception as exc:
             if connection_lost(exc, conn):
                 raise
             # The table is locked, went away meanwhile (the next poll drops it), ...: measured next time.
+            entry.lag_checked = time.monotonic()
             self.loop.log(logging.DEBUG, "lag not measured", table=entry.table, error=one_line(exc))
             return
-        shared.metrics.lag.set(self.loop.db.name, entry.table, oldest)
+        self.record(entry, oldest)
+
+    def record(self, entry: Entry, oldest: datetime | None) -> None:
+        """The expiry of the table's oldest expired row, as just read (by a run, at its end)."""
+        entry.lag_checked = time.monotonic()
+        self.loop.shared.metrics.lag.set(self.loop.db.name, entry.table, oldest)
 
     def candidates(self) -> list[Entry]:
         cfg = self.loop.shared.config

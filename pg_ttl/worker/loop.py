@@ -4,6 +4,7 @@ and otherwise sleeps until the next tick, poll, heartbeat or lag measurement."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -129,7 +130,7 @@ class DatabaseLoop(threading.Thread):
         """Serve until stop (True) or until the connection fails (raises)."""
         cfg = self.shared.config
         loop = self.status
-        with connect(loop) as conn:
+        with connect(loop) as conn, contextlib.closing(self.rounds):
             self.conn = conn
             loop.state = "connected"
             self.shared.metrics.up.labels(self.db.name).set(1)

@@ -4,6 +4,7 @@ what), and running a due table through the engine, with the round's bookkeeping
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from pg_ttl.worker.shared import LoopState, one_line
 
 if TYPE_CHECKING:  # the engine itself is imported when a worker starts (daemon.load_engine)
     from pg_ttl.expire.results import TableResult, UnitResult
+    from pg_ttl.expire.seam import EngineSession
 
 # One round trip per poll: standby state, the minimum interval in seconds, and
 # every policy with the tick of its latest run (any worker's). A schedule row
@@ -96,11 +98,40 @@ class Progress:
 class Rounds:
     """What one database loop schedules and runs."""
 
+    # An engine session idle this long is checked (one statement) before its next run; runs
+    # back to back (a pass over many tables) reuse it unchecked.
+    ENGINE_IDLE_CHECK_SECONDS = 10.0
+
     def __init__(self, loop: LoopState, scheduler: Scheduler, lag: LagMeter) -> None:
         self.loop = loop
         self.scheduler = scheduler
         self.lag = lag
         self._interval_error: str | None = None  # the min_job_interval problem last logged
+        self._engine: EngineSession | None = None  # one engine session for all this loop's runs
+        self._engine_used = 0.0  # monotonic time it was last handed to a run
+
+    # -- the engine session -----------------------------------------------------------
+    def _engine_session(self) -> EngineSession:
+        """The loop's engine session, opened on first use and again after it was lost: a run
+        costs no new connection (nor its settings) per table. One idle for a while is checked
+        first (a server restart, idle_session_timeout or an administrator may have ended it)."""
+        if self._engine is not None and not self._engine.broken and \
+                time.monotonic() - self._engine_used >= self.ENGINE_IDLE_CHECK_SECONDS:
+            with contextlib.suppress(Exception):
+                self._engine.check()
+        if self._engine is not None and self._engine.broken:
+            self.close()
+        if self._engine is None:
+            self._engine = self.loop.shared.engine(self.loop.db.dsn)
+        self._engine_used = time.monotonic()
+        return self._engine
+
+    def close(self) -> None:
+        """Closes the engine session (the next run opens another)."""
+        if self._engine is not None:
+            with contextlib.suppress(Exception):
+                self._engine.close()
+            self._engine = None
 
     # -- the catalog poll -------------------------------------------------------------
     def read_catalog(self, conn: Conn) -> tuple[bool, timedelta, list[dict[str, Any]]]:
@@ -204,14 +235,16 @@ class Rounds:
         loop.log(logging.INFO, "run started", table=entry.table, tick=tick, role=verdict)
         started = time.monotonic()
         status = "failed"
+        results: Sequence[TableResult] = []
         try:
             # Everyone in this round expires the rows expired when it began: a unit
             # visited twice (engine claims only exclude concurrent work) finds nothing new.
-            results = shared.engine(loop.db.dsn, [entry.qualified or entry.table], stop=shared.stop,
-                                    progress=Progress(loop, entry.table), worker=shared.config.name,
-                                    cutoff=round_started)
+            results = self._engine_session().expire(relids=[entry.relid], stop=shared.stop,
+                                                    progress=Progress(loop, entry.table),
+                                                    worker=shared.config.name, cutoff=round_started)
             status = self._report(entry, results)
         except Exception as exc:
+            self.close()  # whatever state it was left in goes with it
             if connection_lost(exc, conn):
                 duration = time.monotonic() - started
                 shared.metrics.record_failure(loop.db.name, entry.table, duration)
@@ -227,7 +260,11 @@ class Rounds:
         entry.interrupted = status == "interrupted"
         entry.running_elsewhere = False
         self._end_run(conn, entry, tick, status)
-        self.lag.measure(conn, entry)
+        measured = [r for r in results if r.oldest_measured]
+        if measured:  # the run read what it left
+            self.lag.record(entry, measured[0].oldest_left)
+        else:
+            self.lag.measure(conn, entry)
 
     def _report(self, entry: Entry, results: Sequence[TableResult]) -> str:
         """Metrics and a log line per table result; returns the round's status."""

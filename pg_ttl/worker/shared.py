@@ -20,7 +20,7 @@ from pg_ttl.worker.metrics import WorkerMetrics
 from pg_ttl.worker.schedule import Clock
 
 if TYPE_CHECKING:
-    from pg_ttl.expire.seam import Expirer, OldestExpired
+    from pg_ttl.expire.seam import OldestExpired, OpenEngine
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Shared:
     metrics: WorkerMetrics
     logger: logging.Logger
     clock: Clock
-    engine: Expirer
+    engine: OpenEngine
     oldest_expired: OldestExpired
     stop: threading.Event = field(default_factory=threading.Event)
     wake_main: threading.Event = field(default_factory=threading.Event)  # the main thread has news to act on

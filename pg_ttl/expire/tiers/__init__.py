@@ -48,10 +48,10 @@ from __future__ import annotations
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.tiers.batches import archive_leaf
 from pg_ttl.expire.tiers.exports import archive_partition
-from pg_ttl.expire.tiers.listing import TIERS, archive_units, archives_before_delete, has_tiers
+from pg_ttl.expire.tiers.listing import TIERS, archive_units, archives_before_delete
 from pg_ttl.expire.tiers.objects import Moved, moved, object_prefix
 
-__all__ = ["TIERS", "Moved", "archive", "archive_units", "archives_before_delete", "has_tiers", "moved",
+__all__ = ["TIERS", "Moved", "archive", "archive_units", "archives_before_delete", "moved",
            "object_prefix"]
 
 

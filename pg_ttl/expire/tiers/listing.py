@@ -20,10 +20,6 @@ SELECT t.position, t.storage, s.url FROM ttl.tier t JOIN ttl.storage s ON s.name
 """
 
 
-def has_tiers(conn: psycopg.Connection[Any], relid: int) -> bool:
-    return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s LIMIT 1", (relid,)).fetchone() is not None
-
-
 def archives_before_delete(conn: psycopg.Connection[Any], relid: int) -> bool:
     """Rows past the DELETE are archived first (the deletion waits for a complete archive run)."""
     return conn.execute("SELECT 1 FROM ttl.tier WHERE relid = %s AND archive_before_delete LIMIT 1",

@@ -1,0 +1,163 @@
+"""The worker's first pass over many small TTL tables (python -m bench.many_tables).
+
+For each table count N, a fresh database with N tables of ROWS rows each (half of them
+expired, a primary key, a TTL on ``created_at`` with ``job_cron`` '@daily'): a table that
+never ran is due at once, so ``pg-ttl worker --once`` runs every one of them. Beside it,
+in the same run on the same server, the hand-written way: one session running
+``DELETE FROM t WHERE created_at < now() - interval '30 days'`` for every table.
+
+Reported per N: the worker's pass (from its first run's start to its last run's end, as
+``ttl.run`` records them: Python's start-up is left out, shown apart), milliseconds per
+table, statements per table (``pg_stat_statements``, top level: every statement the worker
+sent, its scheduling session included), the hand loop's milliseconds per table, and a check
+that exactly the expired rows went. Prints a markdown table; ``--json FILE`` also writes
+the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pg_ttl import install
+from pg_ttl.localserver import LocalServer
+
+ROWS = 10
+TABLE = "CREATE TABLE {} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, body text NOT NULL)"
+FILL = "INSERT INTO {} SELECT g, now() - CASE WHEN g %% 2 = 0 THEN interval '40 days' ELSE interval '1 day' END, " \
+       "'x' FROM generate_series(1, %s) g"
+HAND = "DELETE FROM {} WHERE created_at < now() - interval '30 days'"
+
+
+def _make_tables(dsn: str, n: int, with_ttl: bool) -> None:
+    with psycopg.connect(dsn) as conn:
+        for i in range(n):
+            ident = sql.Identifier(f"t_{i:05d}")
+            conn.execute(sql.SQL(TABLE).format(ident))
+            conn.execute(sql.SQL(FILL).format(ident), (ROWS,))
+            if with_ttl:
+                conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '30 days', column_name => 'created_at', "
+                             "job_cron => '@daily')", (f"t_{i:05d}",))
+            if i % 1000 == 999:
+                conn.commit()
+
+
+def _rows_left(dsn: str, n: int) -> tuple[int, int]:
+    """(rows left, expired rows left) over every table."""
+    with psycopg.connect(dsn) as conn:
+        left = expired = 0
+        for i in range(n):
+            row = conn.execute(sql.SQL("SELECT count(*), count(*) FILTER (WHERE created_at < now() - interval "
+                                       "'30 days') FROM {}").format(sql.Identifier(f"t_{i:05d}"))).fetchone()
+            assert row is not None
+            left, expired = left + int(row[0]), expired + int(row[1])
+        return left, expired
+
+
+def _statements(admin: psycopg.Connection[Any], db: str) -> int:
+    row = admin.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+                        "ON d.oid = s.dbid WHERE d.datname = %s", (db,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def measure(server: LocalServer, n: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out: dict[str, Any] = {"tables": n, "rows_per_table": ROWS}
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        for db in (f"worker_{n}", f"hand_{n}"):
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(db)))
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        worker_dsn, hand_dsn = server.dsn(f"worker_{n}"), server.dsn(f"hand_{n}")
+        install.upgrade(worker_dsn)
+        t0 = time.monotonic()
+        _make_tables(worker_dsn, n, with_ttl=True)
+        _make_tables(hand_dsn, n, with_ttl=False)
+        out["setup_seconds"] = time.monotonic() - t0
+        for dsn in (worker_dsn, hand_dsn):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+        admin.execute("SELECT pg_stat_statements_reset()")
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pg_ttl", "worker", "--once", "--allow-superuser",
+                               "--dsn", worker_dsn, "--log-level", "warning"], env=env, capture_output=True,
+                              text=True)
+        wall = time.monotonic() - t0
+        statements = _statements(admin, f"worker_{n}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"pg-ttl worker --once exited {proc.returncode}: {proc.stderr[-2000:]}")
+        with psycopg.connect(worker_dsn) as conn:
+            row = conn.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)), "
+                               "count(*) FILTER (WHERE status <> 'ok'), sum(rows_deleted) FROM ttl.last_run").fetchone()
+        assert row is not None
+        runs, pass_seconds, not_ok, deleted = int(row[0]), float(row[1]), int(row[2]), int(row[3] or 0)
+        left, expired_left = _rows_left(worker_dsn, n)
+        out["worker"] = {
+            "runs": runs, "not_ok": not_ok, "rows_deleted": deleted, "pass_seconds": pass_seconds,
+            "ms_per_table": pass_seconds / n * 1000, "process_seconds": wall,
+            "startup_and_exit_seconds": wall - pass_seconds, "statements": statements,
+            "statements_per_table": statements / n,
+            "correct": runs == n and not_ok == 0 and expired_left == 0 and left == n * (ROWS - ROWS // 2),
+        }
+        with psycopg.connect(hand_dsn, autocommit=True) as conn:
+            t0 = time.monotonic()
+            for i in range(n):
+                conn.execute(sql.SQL(HAND).format(sql.Identifier(f"t_{i:05d}")))
+            hand = time.monotonic() - t0
+        left, expired_left = _rows_left(hand_dsn, n)
+        out["hand_loop"] = {"seconds": hand, "ms_per_table": hand / n * 1000,
+                            "correct": expired_left == 0 and left == n * (ROWS - ROWS // 2)}
+        for db in (f"worker_{n}", f"hand_{n}"):
+            admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(db)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", type=int, nargs="+", default=[1000, 5000, 10000],
+                        help="table counts to measure, each in a database of its own")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "512MB",
+                                   "max_locks_per_transaction": "256", "autovacuum": "off",
+                                   "shared_preload_libraries": "pg_stat_statements",
+                                   "pg_stat_statements.track": "top"})
+    server.start()
+    results: list[dict[str, Any]] = []
+    try:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for n in args.tables:
+            results.append(measure(server, n))
+            r = results[-1]
+            print(f"{n} tables: worker {r['worker']['ms_per_table']:.1f} ms/table, "
+                  f"{r['worker']['statements_per_table']:.1f} statements/table; hand loop "
+                  f"{r['hand_loop']['ms_per_table']:.2f} ms/table", file=sys.stderr, flush=True)
+    finally:
+        server.cleanup()
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    print(f"{server.version}; {ROWS} rows per table, half expired; load average {' '.join(load)}\n")
+    print("| tables | worker pass | ms / table | statements / table | hand DELETE loop ms / table | "
+          "worker vs hand | correct |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        w, h = r["worker"], r["hand_loop"]
+        print(f"| {r['tables']:,} | {w['pass_seconds']:.1f} s | {w['ms_per_table']:.1f} | "
+              f"{w['statements_per_table']:.1f} | {h['ms_per_table']:.2f} | "
+              f"{w['ms_per_table'] / h['ms_per_table']:.0f} x | {w['correct'] and h['correct']} |")
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": load, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

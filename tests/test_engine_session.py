@@ -1,0 +1,155 @@
+"""One engine session for many passes (pg_ttl.expire.Engine), as the worker keeps one per
+database: what a pass leaves in the session, and what the next one finds."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pg_ttl.expire import Engine, UnitResult
+from pg_ttl.worker import config as config_mod
+from pg_ttl.worker.daemon import Worker
+from pg_ttl.worker.rounds import Rounds
+from tests.conftest import dsn_of
+
+
+def _ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 20, live: int = 5) -> None:
+    ident = sql.Identifier(*name.split("."))
+    conn.execute(sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)").format(ident))
+    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() - interval '3 days' "
+                         "FROM generate_series(1, %s)").format(ident), (expired,))
+    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() FROM generate_series(1, %s)").format(ident),
+                 (live,))
+    conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
+
+
+def _count(conn: psycopg.Connection[Any], name: str) -> int:
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*name.split(".")))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_worker_runs_every_table_through_one_engine_session(dsn: str, connect: Any) -> None:
+    conn = connect()
+    names = [f"t{i}" for i in range(6)]
+    for name in names:
+        _ttl_table(conn, name)
+    cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-one-session"}, environ={})
+    assert Worker(cfg, once=True).run() == 0
+    assert [_count(conn, name) for name in names] == [5] * len(names)
+    sessions = conn.execute("SELECT count(*), count(DISTINCT (backend_pid, backend_start)) FROM ttl.run "
+                            "WHERE worker = 'w-one-session'").fetchone()
+    assert sessions == (len(names), 1)  # six runs, one engine session
+
+
+def test_worker_lag_is_what_the_run_left(dsn: str, connect: Any) -> None:
+    """The run reads what it left at its end: a row the application holds is skipped by the run,
+    and the lag metric counts from that row's expiry."""
+    conn = connect()
+    _ttl_table(conn, "held", expired=10, live=2)
+    holder = connect(autocommit=False)
+    oldest = holder.execute("SELECT id, created_at + interval '1 day' FROM held ORDER BY created_at, id LIMIT 1 "
+                            "FOR UPDATE").fetchone()
+    assert oldest is not None
+    cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-lag"}, environ={})
+    worker = Worker(cfg, once=True, oldest_expired=_must_not_be_called)
+    try:
+        assert worker.run() == 0
+    finally:
+        holder.rollback()
+    assert _count(conn, "held") == 3  # the held row stayed
+    db = cfg.databases[0].name
+    assert worker.shared.metrics.lag.lag(db, "held", now=oldest[1] + timedelta(seconds=10)) == 10.0
+
+
+def _must_not_be_called(conn: psycopg.Connection[Any], relid: int) -> None:
+    raise AssertionError("the run measured the lag itself: no separate lookup")
+
+
+def test_a_pass_that_raises_leaves_no_claim_in_the_session(dsn: str, connect: Any) -> None:
+    conn = connect()
+    _ttl_table(conn, "claimed")
+
+    class Broken:
+        """A progress listener with a bug: raises once a unit is claimed and started."""
+
+        def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
+            raise RuntimeError("listener bug")
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            pass
+
+        def unit_finished(self, result: UnitResult) -> None:
+            pass
+
+    with Engine(dsn) as engine:
+        with pytest.raises(RuntimeError, match="listener bug"):
+            engine.expire(["claimed"], progress=Broken())
+        # The session is still open (as the worker keeps it), yet another session can claim the unit.
+        other = conn.execute("SELECT pg_catalog.pg_try_advisory_lock(ttl._claim_key('claimed'::regclass))").fetchone()
+        assert other == (True,)
+        conn.execute("SELECT pg_catalog.pg_advisory_unlock(ttl._claim_key('claimed'::regclass))")
+        # ... and the next pass in the same session works.
+        results = engine.expire(["claimed"])
+    assert [r.status for r in results] == ["ok"]
+    assert _count(conn, "claimed") == 5
+
+
+def test_engine_session_follows_setting_changes(dsn: str, connect: Any) -> None:
+    conn = connect()
+    _ttl_table(conn, "settings_t")
+    with Engine(dsn) as engine:
+        engine.expire(["settings_t"])
+        conn.execute("UPDATE ttl.settings SET value = '7s' WHERE name = 'statement_timeout'")
+        conn.execute("UPDATE ttl.settings SET value = '3s' WHERE name = 'lock_timeout'")
+        engine.expire(["settings_t"])
+        shown = engine.conn.execute("SELECT current_setting('statement_timeout'), "
+                                    "current_setting('lock_timeout')").fetchone()
+    assert shown == ("7s", "3s")
+
+
+def test_names_resolve_in_the_callers_search_path_on_every_pass(db: psycopg.Connection[Any], connect: Any) -> None:
+    conn = connect()
+    conn.execute("CREATE SCHEMA app")
+    _ttl_table(conn, "app.events")
+    dsn = psycopg.conninfo.make_conninfo(dsn_of(db), options="-c search_path=app,public")
+    with Engine(dsn) as engine:
+        first = engine.expire(["events"])
+        conn.execute("INSERT INTO app.events (created_at) VALUES (now() - interval '3 days')")
+        second = engine.expire(["events"])  # the pass before left the engine's own search_path set
+        path = engine.conn.execute("SELECT current_setting('search_path')").fetchone()
+    assert [r.rows_deleted for r in first + second] == [20, 1]
+    assert path == ("pg_catalog, pg_temp",)  # the session's own, between passes
+
+
+def test_engine_session_lost_is_reopened_by_the_worker(dsn: str, connect: Any, caplog: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's engine session ended by the server while idle (here: terminated between two
+    tables, every session checked): the next table gets a new one, and its run succeeds."""
+    monkeypatch.setattr(Rounds, "ENGINE_IDLE_CHECK_SECONDS", 0.0)
+    conn = connect()
+    for name in ("k1", "k2"):
+        _ttl_table(conn, name)
+
+    class KillsItself(Engine):
+        kills = 0
+
+        def expire(self, *args: Any, **kwargs: Any) -> Any:
+            results = super().expire(*args, **kwargs)
+            if KillsItself.kills == 0:  # after the first table, the session is terminated
+                KillsItself.kills += 1
+                conn.execute("SELECT pg_catalog.pg_terminate_backend(%s)", (self.conn.info.backend_pid,))
+            return results
+
+    cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-reopen"}, environ={})
+    with caplog.at_level(logging.INFO):
+        assert Worker(cfg, once=True, engine=KillsItself).run() == 0
+    assert (_count(conn, "k1"), _count(conn, "k2")) == (5, 5)
+    sessions = conn.execute("SELECT count(DISTINCT (backend_pid, backend_start)) FROM ttl.run "
+                            "WHERE worker = 'w-reopen'").fetchone()
+    assert sessions == (2,)
