@@ -189,3 +189,33 @@ def test_uninstall_removes_tracking_of_column_only_tables(conn: Conn, dsn: str, 
                                         "AND attnum > 0 AND NOT attisdropped ORDER BY attnum").fetchall()]
     assert names == ["path", "views", "note", "hits", "created_at"]
     assert rows(conn, "path, views") == [("/a", 1)]
+
+
+def test_next_step_shrinks_after_a_long_batch_and_grows_back_to_the_batch_size() -> None:
+    target = columns.BATCH_TARGET_SECONDS
+    assert columns.next_step(100, 100, target * 4) == 25  # four times too long: a quarter of the blocks
+    assert columns.next_step(1, 100, target * 50) == 1  # never less than one block
+    assert columns.next_step(25, 100, target / 4) == 50  # quick: twice as many
+    assert columns.next_step(80, 100, target / 4) == 100  # ... up to the batch size, never beyond
+    assert columns.next_step(40, 100, target * 0.75) == 40  # about right: kept
+
+
+def test_a_batch_too_long_for_its_transaction_is_split(conn: Conn, dsn: str) -> None:
+    """select_batch_size covers the whole table, but one UPDATE of all its due values takes well
+    over the target: the ranges shrink, and every due value is still nulled, once."""
+    conn.execute("CREATE TABLE wide (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, payload text)")
+    conn.execute("INSERT INTO wide SELECT g, now() - (g % 60) * interval '1 day' - interval '1 hour', "
+                 "repeat('x', 60) FROM generate_series(1, 300000) g")
+    conn.execute("ANALYZE wide")
+    conn.execute("SELECT ttl.enable('wide', expire_after => '3650 days', column_name => 'created_at')")
+    conn.execute("SELECT ttl.enable_column('wide', 'payload', '30 days', 'row')")
+    due = conn.execute("SELECT count(*) FROM wide WHERE created_at + interval '30 days' <= now()").fetchone()[0]
+    relid = conn.execute("SELECT 'wide'::regclass::oid").fetchone()[0]
+    with psycopg.connect(dsn, autocommit=True) as engine:
+        cutoff = engine.execute("SELECT now()").fetchone()[0]
+        started = time.monotonic()
+        batches = list(columns.null_batches(engine, relid, relid, 10_000_000, cutoff))
+        took = time.monotonic() - started
+    assert took > 2 * columns.BATCH_TARGET_SECONDS  # the premise: one batch would be too long
+    assert len(batches) > 1 and sum(batches) == due
+    assert conn.execute("SELECT count(*) FROM wide WHERE payload IS NULL").fetchone() == (due,)

@@ -90,12 +90,15 @@ def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
     cells = conn.execute(CELLS, (table_relid,)).fetchone()
     if cells is not None and cells[0]:
         columns = [None]  # all value columns at once
+    full = max(1, math.ceil(batch_size / per_block))  # blocks holding about batch_size rows
+    first = min(full, max(1, math.ceil(FIRST_BATCH_ROWS / per_block)))  # then grows while quick
     for column in columns:
-        block, step = 0, max(1, math.ceil(batch_size / per_block))
+        block, step = 0, first
         while block < nblocks:
             if stop is not None and stop.is_set():
                 return
             upto = min(nblocks, block + step)
+            started = time.monotonic()
             with conn.transaction():
                 if column is None:
                     done = conn.execute(NULL_CELLS, (table_relid, unit_relid, cutoff, block, upto)).fetchone()
@@ -104,10 +107,28 @@ def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: in
                 n = int(done[0]) if done else 0
                 if run_id is not None and n:
                     conn.execute(ACCOUNT, (n, run_id, unit_relid))
+            step = next_step(step, full, time.monotonic() - started)
             yield n
             if limiter is not None:
                 limiter.add(n)
             block = upto
+
+
+# A nulling batch aims at a transaction this long at most: one that took longer is followed by
+# a smaller range (a slow disk, a busy server, rows wider than the statistics said), one that
+# took under half of it by a larger one, never above batch_size rows. The first range holds
+# about FIRST_BATCH_ROWS rows: its time is not known before.
+BATCH_TARGET_SECONDS = 0.1
+FIRST_BATCH_ROWS = 1000
+
+
+def next_step(step: int, full: int, took: float) -> int:
+    """The next range's size in blocks, after one of ``step`` blocks took ``took`` seconds."""
+    if took > BATCH_TARGET_SECONDS:
+        return max(1, int(step * BATCH_TARGET_SECONDS / took))
+    if took < BATCH_TARGET_SECONDS / 2:
+        return min(full, step * 2)
+    return step
 
 
 def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
