@@ -213,37 +213,47 @@ BEGIN
 END
 $fn$;
 
--- Has every row below `upper` (the exclusive upper bound of a range partition on
--- the TTL column, as text) reached `after` (from its column's time) at `cutoff`?
--- Month arithmetic clamps at month ends (Mar 30 23:00 + 1 month is later than
--- Mar 31 00:00 + 1 month), so with months the latest instant below the bound is
--- up to a day past the bound's own. The final DELETE (ttl.partition_expired) and
--- the storage tiers (sql/82_tiers.sql) judge partitions with it.
-CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
-RETURNS boolean
+-- The expiry of a row whose TTL column holds `bound` (a range partition's bound,
+-- as text) under `after`, and how far the rows on one side of the bound may
+-- expire from it: month arithmetic clamps at month ends (Mar 30 23:00 + 1 month
+-- is later than Mar 31 00:00 + 1 month), so with months (on a time of day) the
+-- rows within a day of the bound may expire up to a day on either side of it.
+-- NULL when it cannot be computed (e.g. out of range at the bound).
+CREATE OR REPLACE FUNCTION ttl._bound_expiry(tbl oid, after interval, bound text, OUT expiry timestamptz,
+                                             OUT slack interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     p ttl.policy;
-    latest timestamptz;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR upper IS NULL THEN
-        RETURN false;
+    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR bound IS NULL THEN
+        RETURN;
     END IF;
     BEGIN
         EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
-                                                     format('%L::%s', upper, p.ttl_atttypid::regtype)))
-           INTO latest;
-        IF ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN
-            latest := latest + interval '1 day';
-        END IF;
+                                                     format('%L::%s', bound, p.ttl_atttypid::regtype)))
+           INTO expiry;
     EXCEPTION WHEN data_exception THEN
-        RETURN false;  -- e.g. out of range at the bound: not provably reached
+        expiry := NULL;
     END;
-    RETURN latest <= cutoff;
+    slack := CASE WHEN ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN interval '1 day'
+                  ELSE interval '0' END;
 END
+$fn$;
+
+-- Has every row below `upper` (the exclusive upper bound of a range partition on
+-- the TTL column, as text) reached `after` (from its column's time) at `cutoff`?
+-- The final DELETE (ttl.partition_expired) and the storage tiers
+-- (sql/82_tiers.sql) judge partitions with it.
+CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(b.expiry OPERATOR(pg_catalog.+) b.slack OPERATOR(pg_catalog.<=) cutoff, false)
+      FROM ttl._bound_expiry(tbl, after, upper) b
 $fn$;
 
 -- Has every row below `upper` expired at `cutoff`?
@@ -252,4 +262,15 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT ttl._bound_reached(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), cutoff, upper)
+$fn$;
+
+-- Has no row at or above `lower` (the inclusive lower bound of a range partition
+-- on the TTL column, as text) expired at `cutoff`? Such a partition has nothing
+-- to delete: the engine does not visit it.
+CREATE OR REPLACE FUNCTION ttl.partition_unexpired(tbl oid, cutoff timestamptz, lower text) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(b.expiry OPERATOR(pg_catalog.-) b.slack OPERATOR(pg_catalog.>) cutoff, false)
+      FROM ttl._bound_expiry(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), lower) b
 $fn$;

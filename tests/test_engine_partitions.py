@@ -282,3 +282,45 @@ def test_busy_partition_lock_times_out_and_is_retried(db: psycopg.Connection[Any
     assert res.partitions_dropped == 3
     [res] = expire(dsn, cutoff=C)
     assert res.partitions_dropped == 1 and "public.ev_06" not in _tables(db)
+
+
+def test_partitions_nothing_in_which_expired_are_not_visited(db: psycopg.Connection[Any], dsn: str) -> None:
+    _daily(db, default=False)
+    db.execute("INSERT INTO ev VALUES (1, '2026-03-10 00:00+00')")  # ev_10's first instant
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)
+    units = {u.unit: u.action for u in res.units}
+    # ev_10 [03-10, 03-11): its earliest possible row expires 03-11 00:00, after the cutoff; ev_11 later still
+    assert units == {"ev_05": "drop", "ev_06": "drop", "ev_07": "drop", "ev_08": "drop", "ev_09": "delete"}
+    recorded = {r[0] for r in db.execute("SELECT unit_name FROM ttl.run_unit").fetchall()}
+    db.commit()
+    assert recorded == set(units)
+    # At exactly that instant ev_10 is visited, and its row at the bound goes.
+    [res] = expire(dsn, cutoff=C + timedelta(days=1))
+    assert {u.unit for u in res.units} == {"ev_09", "ev_10"}
+    assert db.execute("SELECT count(*) FROM ev WHERE id = 1").fetchone() == (0,)
+
+
+def test_partitions_not_yet_expired_are_visited_for_column_ttls(db: psycopg.Connection[Any], dsn: str) -> None:
+    db.execute("CREATE TABLE pv (id int, ts timestamptz, note text, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    db.execute("CREATE TABLE pv_a PARTITION OF pv FOR VALUES FROM ('2026-03-01 00:00+00') TO ('2026-03-20 00:00+00')")
+    db.execute("INSERT INTO pv VALUES (1, '2026-03-05 00:00+00', 'old note')")
+    db.execute("SELECT ttl.enable('pv', expire_after => '30 days', column_name => 'ts')")
+    db.execute("SELECT ttl.enable_column('pv', 'note', '1 day', 'row')")
+    db.commit()
+    [res] = expire(dsn, cutoff=C)  # no row expired, but the note did
+    assert [u.unit for u in res.units] == ["pv_a"] and res.values_nulled == 1
+
+
+def test_months_reach_across_a_lower_bound_off_midnight(db: psycopg.Connection[Any], dsn: str) -> None:
+    """Month arithmetic clamps: a row at 03-31 00:00 + 1 month (04-30 00:00) expires before the
+    bound 03-30 23:00 + 1 month (04-30 23:00): the partition is visited all the same."""
+    db.execute("CREATE TABLE mo (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    db.execute("CREATE TABLE mo_a PARTITION OF mo FOR VALUES FROM ('2026-03-30 23:00+00') TO ('2026-04-02 00:00+00')")
+    db.execute("INSERT INTO mo VALUES (1, '2026-03-31 00:00+00'), (2, '2026-04-01 12:00+00')")
+    db.execute("SELECT ttl.enable('mo', expire_after => '1 mon', column_name => 'ts')")
+    db.commit()
+    [res] = expire(dsn, cutoff=datetime(2026, 4, 30, 12, 0, tzinfo=UTC))
+    assert [(u.unit, u.rows_deleted) for u in res.units] == [("mo_a", 1)]
+    assert db.execute("SELECT id FROM mo").fetchall() == [(2,)]

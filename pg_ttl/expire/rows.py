@@ -46,12 +46,15 @@ SELECT ic.relname FROM pg_catalog.pg_index i
    AND am.amname = 'btree' AND a.attname = %s
  LIMIT 1
 """
+# pg_stats (not pg_statistic: the owner may read only the view) by constant names, so its
+# indexes find the one row: joined to pg_class instead, it read every partition's statistics
+# (11 ms a call at 1,000 partitions, 0.3 ms this way).
 STATS = """
-SELECT c.reltuples, s.correlation
+SELECT c.reltuples,
+       (SELECT s.correlation FROM pg_catalog.pg_stats s
+         WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = %(column)s)
   FROM pg_catalog.pg_class c
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-  LEFT JOIN pg_catalog.pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = %s
- WHERE c.oid = %s
+ WHERE c.oid = %(relid)s
 """
 ACCOUNT_GROUP = """
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected = rows_selected + %(selected)s,
@@ -96,7 +99,8 @@ def choose_strategy(ctx: UnitContext, expired_estimate: int | None) -> str:
         return "ctid"
     if ctx.settings.row_strategy == "index":
         return "index"
-    row = ctx.conn.execute(STATS, (ctx.policy.column, ctx.unit.relid)).fetchone()
+    row = ctx.conn.execute(STATS, {"schema": ctx.unit.schema, "table": ctx.unit.relname,
+                                   "column": ctx.policy.column, "relid": ctx.unit.relid}).fetchone()
     reltuples, correlation = (float(row[0]), row[1]) if row else (-1.0, None)
     if reltuples <= 0 or expired_estimate is None:
         return "index"  # never analyzed: no reason to think it is dense

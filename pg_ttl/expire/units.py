@@ -37,6 +37,11 @@ SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartb
  WHERE i.inhparent = %s
  ORDER BY c.relname
 """
+JUDGE_BOUNDS = """
+SELECT 'upper', u, ttl.partition_expired(%(t)s, %(c)s, u) FROM pg_catalog.unnest(%(u)s::text[]) u
+UNION ALL
+SELECT 'lower', l, ttl.partition_unexpired(%(t)s, %(c)s, l) FROM pg_catalog.unnest(%(l)s::text[]) l
+"""
 # pg_get_expr(bound, 0): a partition bound holds constants only, and with no relation
 # to open the call neither waits on a lock held on the partition nor fails when
 # a concurrent DROP removed it.
@@ -51,6 +56,7 @@ SELECT pt.partstrat, pt.partnatts, a.attname, tn.nspname, t.typname
 # Casts between these keep the order (the engine's session runs in UTC: no DST fold).
 _TIME_TYPES = frozenset({"timestamptz", "timestamp", "date"})
 _UPPER = re.compile(r"\bTO \((.*)\)\s*$", re.S)
+_LOWER = re.compile(r"^FOR VALUES FROM \((.*)\) TO \(", re.S)
 
 
 @dataclass
@@ -80,9 +86,15 @@ class Unit:
 
 def upper_bound(bound: str | None) -> str | None:
     """The TO value of a single-column range bound, unquoted; None for MAXVALUE, DEFAULT, lists."""
-    if not bound:
-        return None
-    m = _UPPER.search(bound)
+    return _bound_value(_UPPER.search(bound) if bound else None)
+
+
+def lower_bound(bound: str | None) -> str | None:
+    """The FROM value of a single-column range bound, unquoted; None for MINVALUE, DEFAULT, lists."""
+    return _bound_value(_LOWER.search(bound) if bound else None)
+
+
+def _bound_value(m: re.Match[str] | None) -> str | None:
     if not m:
         return None
     value = m.group(1).strip()
@@ -227,14 +239,20 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     grows_with = policy.column if policy.expression is None else monotone_column(policy.expression)
     on_ttl_column = key is not None and grows_with is not None and key.column == grows_with
     children = conn.execute(CHILDREN, (relid,)).fetchall()
-    # A column policy's bounds, all judged in one statement (thousands of partitions).
+    # A column policy's bounds, all judged in one statement (thousands of partitions): the
+    # partitions every row of which expired (dropped or detached whole), and, unless column
+    # TTLs need every partition visited, those no row of which expired yet (not visited).
     expired_bounds: set[str] = set()
+    unexpired_bounds: set[str] = set()
     if on_ttl_column and policy.expression is None:
         uppers = [u for u in (upper_bound(b) for *_, b, _p in children) if u is not None]
-        if uppers:
-            expired_bounds = {str(u) for u, done in conn.execute(
-                "SELECT u, ttl.partition_expired(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
-                (policy.relid, pred.cutoff, uppers)) if done}
+        lowers = [v for v in (lower_bound(b) for *_, b, _p in children) if v is not None] \
+            if not policy.has_column_ttls else []
+        if uppers or lowers:
+            for kind, value, judged in conn.execute(JUDGE_BOUNDS, {"t": policy.relid, "c": pred.cutoff,
+                                                                   "u": uppers, "l": lowers}):
+                if judged:
+                    (expired_bounds if kind == "upper" else unexpired_bounds).add(str(value))
     # Per-row TTL: partitions whose every row and value expired, by the latest write
     # and expiry each one received (sql/73_value_ttls.sql); empty for other policies.
     leaves = [int(c[0]) for c in children if c[3] == "r" and not c[5]]
@@ -261,6 +279,8 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
         elif int(oid) in written_out:
             child.action, child.recheck = policy.partition_action, True
             units.append(child)
+        elif on_ttl_column and lower_bound(bound) in unexpired_bounds:
+            continue  # nothing in it has expired yet
         elif relkind == "p":
             _walk(conn, policy, pred, int(oid), child.ident, units)
         else:
