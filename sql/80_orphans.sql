@@ -9,52 +9,52 @@
 -- key. Without an age column, a row's age is told by the transaction that wrote
 -- it (its xmin) against the "xid clock" (ttl.xid_clock, below).
 
--- The xid clock: samples of (time, the oldest transaction id still running
--- then). A row whose xmin precedes a sample's xid was written by a transaction
--- that had ended by the sample's time, so it is at least as old as the sample.
--- The time is read after the snapshot whose xmin it records, so it errs late:
--- a row judged older than a sample always is. Taken by every pass (and when a
--- policy without an age column is set), at most one per 1/20 of the smallest
--- such min_age (and per minute at most); samples older than the largest such
--- min_age plus a day go, but the newest of them. SECURITY DEFINER: users read
--- the clock, only this function writes it (a forged sample would make young
--- rows old).
-CREATE OR REPLACE FUNCTION ttl.xid_clock_tick() RETURNS void
+-- The xid clock of a child table without an age column: samples of (time, the
+-- oldest transaction id still running then). A row whose xmin precedes a
+-- sample's xid was written by a transaction that had ended by the sample's time,
+-- so it is at least as old as the sample. The time is read after the snapshot
+-- whose xmin it records, so it errs late: a row judged older than a sample
+-- always is. Taken by every orphan run of the table (and when its policy is
+-- set), at most one per 1/20 of its min_age (and per minute at most); samples
+-- older than min_age plus a day go, but the newest of them. Written as the
+-- table's owner (row security: only its owners write its samples; a forged one
+-- could make young rows look old, and so only in their own table).
+CREATE OR REPLACE FUNCTION ttl.xid_clock_tick(tbl oid) RETURNS void
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    shortest interval;
-    longest interval;
+    keep interval;
 BEGIN
-    SELECT min(o.min_age), max(o.min_age) INTO shortest, longest
-      FROM ttl.orphan_policy o WHERE o.age_attnum IS NULL;
-    IF shortest IS NULL THEN
-        RETURN;  -- no policy reads the clock
+    SELECT o.min_age INTO keep FROM ttl.orphan_policy o WHERE o.relid = tbl AND o.age_attnum IS NULL;
+    IF keep IS NULL THEN
+        RETURN;  -- the policy reads an age column
     END IF;
     IF NOT EXISTS (SELECT 1 FROM ttl.xid_clock c
-                    WHERE c.sampled_at > clock_timestamp() - least(interval '1 minute', shortest / 20)) THEN
-        INSERT INTO ttl.xid_clock (sampled_at, xid)
-        SELECT clock_timestamp(), pg_snapshot_xmin(pg_current_snapshot())
+                    WHERE c.relid = tbl AND c.sampled_at > clock_timestamp() - least(interval '1 minute', keep / 20))
+    THEN
+        INSERT INTO ttl.xid_clock (relid, sampled_at, xid)
+        SELECT tbl, clock_timestamp(), pg_snapshot_xmin(pg_current_snapshot())
         ON CONFLICT DO NOTHING;
     END IF;
     DELETE FROM ttl.xid_clock c
-     WHERE c.sampled_at < (SELECT max(k.sampled_at) FROM ttl.xid_clock k
-                            WHERE k.sampled_at < now() - longest - interval '1 day');
+     WHERE c.relid = tbl
+       AND c.sampled_at < (SELECT max(k.sampled_at) FROM ttl.xid_clock k
+                            WHERE k.relid = tbl AND k.sampled_at < now() - keep - interval '1 day');
 END
 $fn$;
 
--- The xid a run at `cutoff` may delete rows below, for a policy without an age
--- column whose min_age is `min_age`: the latest of the clock's samples taken at
--- or before cutoff - min_age; NULL while there is none (nothing goes yet), or
--- when it is too far behind the current transaction id (2^30) to be compared
--- with 32-bit xmins.
-CREATE OR REPLACE FUNCTION ttl._orphan_xid_horizon(min_age interval, cutoff timestamptz) RETURNS xid8
+-- The xid a run at `cutoff` may delete `tbl`'s rows below (a policy without an
+-- age column, whose min_age is `min_age`): the latest of the table's clock samples
+-- taken at or before cutoff - min_age; NULL while there is none (nothing goes
+-- yet), or when it is too far behind the current transaction id (2^30) to be
+-- compared with 32-bit xmins.
+CREATE OR REPLACE FUNCTION ttl._orphan_xid_horizon(tbl oid, min_age interval, cutoff timestamptz) RETURNS xid8
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT h.xid FROM (SELECT max(c.xid) AS xid FROM ttl.xid_clock c WHERE c.sampled_at <= cutoff - min_age) h
+    SELECT h.xid FROM (SELECT max(c.xid) AS xid FROM ttl.xid_clock c
+                        WHERE c.relid = tbl AND c.sampled_at <= cutoff - min_age) h
      WHERE h.xid::text::numeric > pg_snapshot_xmax(pg_current_snapshot())::text::numeric - 1073741824
 $fn$;
 
@@ -66,10 +66,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT format('no age column: orphans are deleted from %s on (min_age %s after the first pass that read '
                   'which transactions were running)',
-                  to_char((coalesce((SELECT min(c.sampled_at) FROM ttl.xid_clock c), cutoff) + o.min_age)
+                  to_char((coalesce((SELECT min(c.sampled_at) FROM ttl.xid_clock c WHERE c.relid = o.relid), cutoff) + o.min_age)
                           AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'), o.min_age)
       FROM ttl.orphan_policy o
-     WHERE o.relid = tbl AND o.age_attnum IS NULL AND ttl._orphan_xid_horizon(o.min_age, cutoff) IS NULL
+     WHERE o.relid = tbl AND o.age_attnum IS NULL AND ttl._orphan_xid_horizon(o.relid, o.min_age, cutoff) IS NULL
 $fn$;
 
 -- attnums of the named columns of tbl (errors name the option).
@@ -292,7 +292,7 @@ BEGIN
             EXCLUDED.age_attnum, EXCLUDED.age_unit, EXCLUDED.job_cron, EXCLUDED.range_bytes,
             EXCLUDED.delete_batch_size);
     -- Without an age column, the clock's first sample starts the wait of min_age.
-    PERFORM ttl.xid_clock_tick();
+    PERFORM ttl.xid_clock_tick(tbl);
     PERFORM pg_notify('pg_ttl', tbl::text);
 EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
     GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
@@ -318,6 +318,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % has no orphan policy', tbl USING ERRCODE = 'undefined_object';
     END IF;
+    DELETE FROM ttl.xid_clock WHERE relid = tbl;
     PERFORM pg_notify('pg_ttl', tbl::text);
 EXCEPTION WHEN OTHERS THEN  -- one error without the nested calls' CONTEXT lines (ttl._verbose_errors)
     GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
@@ -407,7 +408,7 @@ BEGIN
     -- with the sample's xid from one reference (the DELETE's transaction); a frozen
     -- row's age is INT_MAX: old. No sample yet: nothing (ttl.orphans_waiting says so).
     IF o.age_attnum IS NULL THEN
-        horizon := ttl._orphan_xid_horizon(o.min_age, cutoff);
+        horizon := ttl._orphan_xid_horizon(o.relid, o.min_age, cutoff);
         RETURN format('(%s%s)', lookups, CASE WHEN horizon IS NULL THEN 'false' ELSE format(
             'pg_catalog.age(xmin) OPERATOR(pg_catalog.>) pg_catalog.age(CAST(%L AS pg_catalog.xid))',
             (horizon::text::numeric % 4294967296)::text) END);

@@ -13,21 +13,29 @@ branch_labels = None
 depends_on = None
 
 # An orphan policy may now have no age column: a child row then goes only once the
-# transaction that wrote it had ended before a sample of the "xid clock" taken at
-# least min_age before the run (sql/80_orphans.sql). ttl.xid_clock holds those
-# samples: when (sampled_at) the oldest transaction still running had the id xid;
-# written only by ttl.xid_clock_tick() (SECURITY DEFINER), never by users, who
-# could otherwise make young rows look old. ttl.orphan_range.error keeps why a
-# range failed: a range that keeps failing is given up for its sweep, and says why.
+# transaction that wrote it had ended before a sample of the table's "xid clock" taken
+# at least min_age before the run (sql/80_orphans.sql). ttl.xid_clock holds those
+# samples: when (sampled_at) the oldest transaction still running had the id xid, per
+# child table (relid). Written like the policies, only by the table's owners (row
+# security): a forged sample could make young rows look old, and so only in one's own
+# table. ttl.orphan_range.error keeps why a range failed: a range that keeps failing
+# is given up for its sweep, and says why.
 UPGRADE = """
 ALTER TABLE ttl.orphan_policy ALTER COLUMN age_attnum DROP NOT NULL;
 CREATE TABLE ttl.xid_clock (
-    sampled_at timestamptz PRIMARY KEY,
-    xid        xid8 NOT NULL
+    relid      oid NOT NULL,
+    sampled_at timestamptz NOT NULL,
+    xid        xid8 NOT NULL,
+    PRIMARY KEY (relid, sampled_at)
 );
 ALTER TABLE ttl.xid_clock ENABLE ROW LEVEL SECURITY;
 CREATE POLICY read_all ON ttl.xid_clock FOR SELECT USING (true);
-GRANT SELECT ON ttl.xid_clock TO PUBLIC;
+CREATE POLICY owner_writes ON ttl.xid_clock FOR ALL
+    USING (pg_catalog.pg_has_role(current_user,
+           (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'MEMBER'))
+    WITH CHECK (pg_catalog.pg_has_role(current_user,
+           (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'MEMBER'));
+GRANT SELECT, INSERT, DELETE ON ttl.xid_clock TO PUBLIC;
 ALTER TABLE ttl.orphan_range ADD COLUMN error text;
 """
 

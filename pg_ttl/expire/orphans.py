@@ -70,14 +70,9 @@ SELECT c.oid, n.nspname, c.relname
 """
 
 
-def load_orphan_policies(conn: psycopg.Connection[Any], tables: list[int] | None,
-                         tick: bool = True) -> list[EnginePolicy]:
+def load_orphan_policies(conn: psycopg.Connection[Any], tables: list[int] | None) -> list[EnginePolicy]:
     """The orphan policies to run, as engine policies of their child tables: row
-    deletion by ctid ranges, with the select batch sized to ``range_bytes``.
-    ``tick``: a pass (every pass calls this) also samples the xid clock that policies
-    without an age column read (ttl.xid_clock_tick); a dry run does not."""
-    if tick:
-        conn.execute("SELECT ttl.xid_clock_tick()")
+    deletion by ctid ranges, with the select batch sized to ``range_bytes``."""
     policies: list[EnginePolicy] = []
     for relid, schema, relname, owner, dbs, range_bytes, relkind in conn.execute(
             ORPHAN_QUERY, {"tables": tables}).fetchall():
@@ -156,10 +151,11 @@ SELECT bool_or(status = 'ok') OR count(*) FILTER (WHERE status IN """ + NOT_DONE
        max(next_block)
   FROM ttl.orphan_range WHERE unit_relid = %(unit)s AND sweep = %(sweep)s AND range_no = %(range)s
 """
-# A range held by another run of the sweep, unfinished, since longer than the given seconds.
+# The run holding a range, unfinished, since longer than the given seconds: of this sweep
+# or of an earlier one (a range's claim is its number, whatever the sweep).
 STALE_HOLDER = """
 SELECT o.run_id, o.started_at FROM ttl.orphan_range o
- WHERE o.unit_relid = %(unit)s AND o.sweep = %(sweep)s AND o.range_no = %(range)s AND o.run_id <> %(run)s
+ WHERE o.unit_relid = %(unit)s AND o.range_no = %(range)s AND o.run_id <> %(run)s
    AND o.status = 'running' AND o.started_at < pg_catalog.clock_timestamp() - %(stale)s * interval '1 second'
  ORDER BY o.started_at LIMIT 1
 """
@@ -216,9 +212,12 @@ def delete_orphans(ctx: UnitContext) -> str:
     ones; the first failure is raised at the end (the unit fails, with that error).
     Returns 'ok' or 'partial' (stopped, or a range is held by a run that seems stuck)."""
     conn = ctx.conn
-    row = conn.execute("SELECT ttl.orphans_waiting(%s, %s)", (ctx.policy.relid, ctx.pred.cutoff)).fetchone()
-    if row is not None and row[0] is not None:
-        return "ok"  # no age column and no clock sample min_age old yet: nothing may go
+    # Without an age column: a sample of the table's xid clock for later runs (as its
+    # owner), and nothing to do while no sample is min_age old.
+    row = conn.execute("SELECT ttl.xid_clock_tick(%(t)s), ttl.orphans_waiting(%(t)s, %(cutoff)s)",
+                       {"t": ctx.policy.relid, "cutoff": ctx.pred.cutoff}).fetchone()
+    if row is not None and row[1] is not None:
+        return "ok"
     row = conn.execute(SIZE, {"unit": ctx.unit.relid, "policy": ctx.policy.relid}).fetchone()
     if row is None or row[0] is None or row[2] is None:
         raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
@@ -583,7 +582,7 @@ def report(conn: psycopg.Connection[Any], tables: list[int] | None, estimate: bo
 
     out: list[OrphanReport] = []
     with _reading(conn) as cutoff:
-        for policy in load_orphan_policies(conn, tables, tick=False):
+        for policy in load_orphan_policies(conn, tables):
             if tables is not None and policy.relid not in tables:
                 continue  # a child of a table asked for: reported with its own table
             if tables is None and not owner.can_act_as(conn, policy.owner):

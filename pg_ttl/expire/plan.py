@@ -76,7 +76,7 @@ def plan(conn: psycopg.Connection[Any], table: str | None = None) -> list[UnitPl
                 for unit in list_units(conn, policy, pred):
                     out.append(_plan_unit(conn, policy, pred, unit))
             owner.restore(conn, local=True)
-        for policy in orphans.load_orphan_policies(conn, relids, tick=False):
+        for policy in orphans.load_orphan_policies(conn, relids):
             if relids is not None and policy.relid not in relids:
                 continue  # a child of a table asked for: planned with its own table
             if relids is None and not owner.can_act_as(conn, policy.owner):
