@@ -175,7 +175,8 @@ def test_a_range_held_by_a_stuck_run_is_given_up_and_a_new_sweep_begins(conn: Co
                         " (SELECT 1 FROM metadata m WHERE m.hash = d.hash)").fetchone() == (0,)
 
 
-def test_plan_estimates_orphans_per_range_from_a_few_blocks(conn: Conn, dsn: str, cli: Any) -> None:
+def test_plan_estimates_orphans_per_range_from_a_few_blocks(conn: Conn, dsn: str, cli: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """pg-ttl orphans plan: per range of the sweep a run would make, the rows and orphans,
     counted whole in a small range, estimated from SAMPLE_BLOCKS blocks in a larger one
     (and said to be); pg-ttl plan shows their sum; nothing changes."""
@@ -198,6 +199,14 @@ def test_plan_estimates_orphans_per_range_from_a_few_blocks(conn: Conn, dsn: str
         assert exact is not None
         # half the rows of every block are orphans: a sample of 8 blocks is close
         assert abs(r["rows"] - exact[0]) <= 0.1 * exact[0] and abs(r["orphans"] - exact[1]) <= 0.1 * exact[1]
+    # the same, the ranges sampled one statement each (as a large table's are, 64 a statement)
+    monkeypatch.setattr(orphans, "SAMPLE_RANGES_PER_STATEMENT", 1)
+    with psycopg.connect(dsn, autocommit=True) as other:
+        relid = other.execute("SELECT 'data'::regclass::oid").fetchone()
+        assert relid is not None
+        [rep] = orphans.report(other, [int(relid[0])], estimate=True)
+    assert [(e.range_no, e.rows, e.orphans) for e in rep.ranges["data"]] == [
+        (r["range"], r["rows"], r["orphans"]) for r in ranges]
     planned = json.loads(cli("plan", "data", "--json", "--dsn", dsn).stdout)
     assert [(p["action"], p["rows"]) for p in planned] == [("orphans", sum(r["orphans"] for r in ranges))]
     assert "estimated" in cli("orphans", "plan", "data", "--dsn", dsn).stdout

@@ -433,6 +433,7 @@ def _step(ctx: UnitContext, range_no: int, lo: int, hi: int) -> tuple[int, int]:
 # Blocks read per range for an estimate: a range of at most this many is counted whole
 # (exact), a larger one from this many blocks spread over it, scaled to its size.
 SAMPLE_BLOCKS = 8
+SAMPLE_RANGES_PER_STATEMENT = 64
 # The rows of the sampled blocks and their orphans, per range: a TID scan of every
 # line pointer the blocks can hold, each row looked up in the parents as a run would.
 SAMPLE = sql.SQL("""
@@ -474,10 +475,12 @@ def estimate_ranges(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: P
         picked = list(range(lo, hi)) if size <= SAMPLE_BLOCKS else \
             sorted({lo + (2 * i + 1) * size // (2 * SAMPLE_BLOCKS) for i in range(SAMPLE_BLOCKS)})
         ranges.append((lo, hi, picked))
-    tids = "{" + ",".join(f'"({b},{o})"' for _, _, picked in ranges for b in picked
-                          for o in range(1, per_page + 1)) + "}"
-    counted = {int(r): (int(rows), int(orphans)) for r, rows, orphans in execute_plain(conn, SAMPLE.format(
-        rb=sql.Literal(range_blocks), cond=pred.expired, t=unit.ident, tids=sql.Literal(tids)))}
+    counted: dict[int, tuple[int, int]] = {}
+    for first in range(0, len(ranges), SAMPLE_RANGES_PER_STATEMENT):  # a few MB of tids at most a statement
+        tids = "{" + ",".join(f'"({b},{o})"' for _, _, picked in ranges[first:first + SAMPLE_RANGES_PER_STATEMENT]
+                              for b in picked for o in range(1, per_page + 1)) + "}"
+        counted.update({int(r): (int(rows), int(orphans)) for r, rows, orphans in execute_plain(conn, SAMPLE.format(
+            rb=sql.Literal(range_blocks), cond=pred.expired, t=unit.ident, tids=sql.Literal(tids)))})
     out: list[RangeEstimate] = []
     for n, (lo, hi, picked) in enumerate(ranges):
         rows, orphans = counted.get(n, (0, 0))
