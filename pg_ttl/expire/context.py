@@ -44,7 +44,11 @@ class EngineSettings:
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
-        values = dict(conn.execute("SELECT name, value FROM ttl.settings").fetchall())
+        return cls.from_values(dict(conn.execute("SELECT name, value FROM ttl.settings").fetchall()))
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> EngineSettings:
+        """From ``ttl.settings`` rows as name -> value."""
         return cls(
             lock_timeout=str(values.get("lock_timeout", cls.lock_timeout)),
             statement_timeout=str(values.get("statement_timeout", cls.statement_timeout)),

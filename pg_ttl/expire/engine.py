@@ -131,13 +131,15 @@ class Engine:
         try:
             if tables is not None:
                 relids = [*(relids or []), *resolve_tables(conn, tables, self._user_search_path)]
-            row = conn.execute("SELECT now(), %s::timestamptz > now()", (cutoff,)).fetchone()
+            row = conn.execute("SELECT now(), %s::timestamptz > now(), "
+                               "(SELECT pg_catalog.json_object_agg(s.name, s.value) FROM ttl.settings s)",
+                               (cutoff,)).fetchone()
             assert row is not None
             if row[1]:
                 raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
             cutoff = cutoff or row[0]  # once per run, from the server clock
             assert cutoff is not None
-            settings = self._load_settings()
+            settings = self._apply_settings(EngineSettings.from_values(row[2] or {}))
             housekeeping = self._housekept_at is None or \
                 time.monotonic() - self._housekept_at >= self.HOUSEKEEPING_SECONDS
             if housekeeping:
@@ -154,9 +156,8 @@ class Engine:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("SELECT pg_catalog.pg_advisory_unlock_all()")
 
-    def _load_settings(self) -> EngineSettings:
+    def _apply_settings(self, settings: EngineSettings) -> EngineSettings:
         """The settings as they are now; the session's timeouts follow a change."""
-        settings = EngineSettings.load(self.conn)
         if (settings.statement_timeout, settings.lock_timeout) != \
                 (self._settings.statement_timeout, self._settings.lock_timeout):
             self.conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false), "
@@ -170,7 +171,11 @@ class Engine:
         conn = self.conn
         wanted = list(relids) if relids is not None else None
         results: list[TableResult] = []
-        for policy in load_policies(conn, wanted):
+        policies = load_policies(conn, wanted)
+        # Tables asked for by oid that all have a table TTL and no orphan policy (the worker's
+        # runs): no column-only table and no orphan policy among them to look for.
+        covered = wanted is not None and {p.relid for p in policies} >= set(wanted)
+        for policy in policies:
             if stop is not None and stop.is_set():
                 break
             if policy.has_tiers:  # rows that reached a storage tier move first
@@ -183,10 +188,11 @@ class Engine:
                     continue
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
                                         worker=worker))
-        if stop is None or not stop.is_set():  # tables with column TTLs only
+        if (stop is None or not stop.is_set()) and not covered:  # tables with column TTLs only
             results.extend(columns.expire_column_only(conn, wanted, cutoff, stop, worker))
         # Orphans last: the children of the tables just expired follow their parents.
-        for policy in orphans.load_orphan_policies(conn, wanted):
+        with_orphans = not covered or any(p.has_orphans for p in policies)
+        for policy in orphans.load_orphan_policies(conn, wanted) if with_orphans else []:
             if stop is not None and stop.is_set():
                 break
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,

@@ -27,7 +27,8 @@ SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.
        p.unit, p.select_batch_size, p.delete_batch_size, p.select_rate_limit, p.delete_rate_limit, p.paused,
        p.partition_action, p.detach_schema, c.relkind,
        p.value_ttls OR EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = p.relid),
-       EXISTS (SELECT 1 FROM ttl.tier s WHERE s.relid = p.relid)
+       EXISTS (SELECT 1 FROM ttl.tier s WHERE s.relid = p.relid),
+       EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid OR p.relid = ANY(o.parent_relids))
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -61,6 +62,7 @@ class EnginePolicy:
     # Read with the policy, so a run skips the lookups of what a table does not have.
     has_column_ttls: bool = True  # column TTLs, or a CQL-style table's value TTLs
     has_tiers: bool = True
+    has_orphans: bool = True  # an orphan policy on the same table, or on a child of it
 
     @property
     def name(self) -> str:
