@@ -474,6 +474,32 @@ def test_a_stopped_pass_resumes_after_its_last_entry(db: psycopg.Connection[Any]
     assert db.execute("SELECT count(*) FROM t").fetchone() == (2000,)
 
 
+def test_a_pass_removes_every_entry_of_the_rows_it_deletes(db: psycopg.Connection[Any], dsn: str) -> None:
+    """The drain removes the entries of the rows it deletes itself (their DELETE trigger
+    leaves them to it): a row's second, later entry too, read in a later batch."""
+    _table(db, 10, 100, shards=1)
+    db.execute("SELECT ttl.set_option('t', 'delete_batch_size', '1')")  # each entry its own batch
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.execute("UPDATE t SET v = '2026-01-01' WHERE id = 3")  # earlier: its entry moves to 2026-01-02
+    db.execute("UPDATE t SET v = '2026-03-01' WHERE id = 3")  # later: no trigger, the entry stays
+    db.execute("UPDATE t SET v = '2026-02-01' WHERE id = 3")  # earlier again: a second entry, 2026-02-02
+    db.commit()
+    assert sorted(e for k, e in _queue(db) if k == 3) == [datetime.fromisoformat(d + " 00:00:00+00:00")
+                                                         for d in ("2026-01-02", "2026-02-02")]
+    [res] = expire(dsn, ["t"])
+    assert res.status == "ok" and res.rows_deleted == 1
+    assert db.execute("SELECT count(*) FROM t WHERE id = 3").fetchone() == (0,)
+    assert _queue(db) == _expected(db)  # both of row 3's entries gone, the other rows' kept
+    # a DELETE elsewhere that claims to be a pass only leaves entries whose row is gone
+    db.execute("SELECT set_config('pg_ttl.queue_drain', 't'::regclass::oid::text, true)")
+    db.execute("DELETE FROM t WHERE id = 5")
+    db.commit()
+    assert db.execute("SELECT missing, late, extra FROM ttl.queue_verify('t')").fetchone() == (0, 0, 1)
+    db.execute("DELETE FROM t WHERE id = 6")  # without it, the trigger removes the entry
+    db.commit()
+    assert db.execute("SELECT missing, late, extra FROM ttl.queue_verify('t')").fetchone() == (0, 0, 1)
+
+
 def test_every_entry_is_checked_against_its_row(db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
     _table(db, 100, 10)  # 10 expired
     db.execute("SELECT ttl.queue_backfill('t')")
