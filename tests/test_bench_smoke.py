@@ -161,3 +161,26 @@ print(json.dumps({{"wall_s": m.wall_s, **m.txn}}))
     txn = json.loads(proc.stdout)
     assert txn["txns_sampled"] == 1 and txn["samples"] > 10
     assert 0.15 <= txn["longest_txn_s"] <= txn["wall_s"]
+
+
+@pytest.mark.parametrize("module,args,key", [
+    ("bench.many_tables", ["--tables", "30"], "results"),
+    ("bench.many_partitions", ["--partitions", "20", "--reps", "1"], "results"),
+])
+def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str, args: list[str], key: str) -> None:
+    """The worker-over-many-tables and many-partitions benchmarks at a tiny scale: they run, their own
+    check of the rows left passes, and what they count is what happened (runs, partitions dropped)."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", module, *args, "--json", str(out)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())[key]
+    if module == "bench.many_tables":
+        [r] = results
+        assert r["worker"]["correct"] and r["hand_loop"]["correct"]
+        assert r["worker"]["runs"] == 30 and r["worker"]["rows_deleted"] == 30 * 5
+        assert r["worker"]["statements"] > 30 and 0 < r["worker"]["pass_seconds"] < r["worker"]["process_seconds"]
+    else:
+        [r] = results["20"]
+        assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
