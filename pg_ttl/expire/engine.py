@@ -242,7 +242,7 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         elif kind == "archive":
             units = tiers.archive_units(conn, policy, pred)
         elif queues.fill(conn, policy, lambda: stop is not None and stop.is_set()):
-            units = queues.shard_units(conn, policy)  # a filled expiration queue: its shards
+            units = queues.shard_units(conn, policy, due=pred.cutoff)  # a filled expiration queue: its shards due
         else:
             units = list_units(conn, policy, pred)
         _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress)
