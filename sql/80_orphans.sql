@@ -405,8 +405,9 @@ BEGIN
     -- Old enough, without an age column: written by a transaction that had ended by
     -- a sample of the xid clock at least min_age before the cutoff (its xmin precedes
     -- the sample's xid; an update counts as a write). age() compares the 32-bit xmin
-    -- with the sample's xid from one reference (the DELETE's transaction); a frozen
-    -- row's age is INT_MAX: old. No sample yet: nothing (ttl.orphans_waiting says so).
+    -- with the sample's xid from one reference (the DELETE's transaction), in 32 bits:
+    -- a row written over 2^31 transactions ago (frozen rows keep their xmin) reads as
+    -- young again and stays, never early. No sample yet: nothing (ttl.orphans_waiting).
     IF o.age_attnum IS NULL THEN
         horizon := ttl._orphan_xid_horizon(o.relid, o.min_age, cutoff);
         RETURN format('(%s%s)', lookups, CASE WHEN horizon IS NULL THEN 'false' ELSE format(

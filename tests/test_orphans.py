@@ -702,3 +702,25 @@ def test_ttl_ddl_sets_dumps_and_resets_an_orphan_policy(conn: Conn) -> None:
                                 " parent_attnums, min_age, age_attnum, delete_batch_size FROM ttl.orphan_policy"
                                 ).fetchall())
     assert after == before
+
+
+def test_status_shows_each_orphan_policys_sweep(conn: Conn, dsn: str, cli: Any) -> None:
+    _fill(conn)
+    conn.execute("SELECT ttl.enable_orphans('data', key => '{hash}', parent => 'metadata', min_age => '1 hour',"
+                 " age_column => 'created_at')")
+    conn.execute("CREATE TABLE logs (id bigserial PRIMARY KEY, hash text NOT NULL)")  # no age column: waits
+    conn.execute("SELECT ttl.enable_orphans('logs', key => '{hash}', parent => 'metadata', min_age => '1 hour')")
+    conn.execute("SELECT ttl.enable('metadata', expire_after => '30 days', column_name => 'created_at')")
+    before = json.loads(cli("status", "--dsn", dsn, "--json", "--no-estimates").stdout)
+    by_table = {t["table"]: t for t in before["tables"]}
+    assert by_table["data"]["orphans"]["ranges"] == 0  # no sweep yet
+    assert by_table["metadata"]["orphans"] is None
+    expire(dsn, ["data", "logs"])
+    after = json.loads(cli("status", "--dsn", dsn, "--json", "--no-estimates").stdout)
+    data = {t["table"]: t for t in after["tables"]}["data"]["orphans"]
+    assert (data["done"], data["given_up"], data["failing"], data["last_deleted"]) == (data["ranges"], 0, 0, 60)
+    assert data["ranges"] >= 1 and data["waiting"] is None
+    logs = {t["table"]: t for t in after["tables"]}["logs"]["orphans"]
+    assert logs["waiting"] and "no age column" in logs["waiting"]
+    text = cli("status", "--dsn", dsn, "--no-estimates").stdout
+    assert f"data: orphans sweep {data['ranges']}/{data['ranges']} ranges done, 60 deleted by the last run" in text

@@ -217,10 +217,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   "export": f"export whole to {p.target}, then {p.then}"}[p.action]
         if p.paused:
             action += " (paused)"
-        table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}", f"{p.total_rows:,}",
+        estimated = " ~" if p.action == "orphans" else ""  # from a few blocks of each range
+        table.add_row(p.table, p.unit if p.unit != p.table else "—", action, f"{p.rows:,}{estimated}",
+                      f"{p.total_rows:,}{estimated}",
                       p.oldest_expiry.strftime("%Y-%m-%d %H:%M:%S%z") if p.oldest_expiry else "—",
                       _bytes(p.bytes_reclaimed if p.rows else 0))
     console.print(table)
+    if any(p.action == "orphans" for p in plans):
+        console.print("~: orphans estimated from a few blocks of each range (pg-ttl orphans plan TABLE: per range).")
     return 0
 
 

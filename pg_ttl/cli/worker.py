@@ -171,6 +171,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 *((_fmt_archive_backlog(t.archive_backlog),) if tiered else ()))
         console.print(table)
         for t in status.tables:
+            if t.orphans is not None:
+                console.print(f"{t.table}: orphans {_fmt_orphans(t.orphans)}", markup=False, highlight=False)
             for skip in t.skipped_by:
                 console.print(f"{t.table}: worker {skip['worker']} skips it: {skip['reason']}", markup=False,
                               highlight=False)
@@ -190,6 +192,22 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"{_fmt_duration(w['heartbeat_age'])} ago")
         console.print(workers)
     return 0
+
+
+def _fmt_orphans(o: Any) -> str:
+    """One line: the sweep's ranges, the last runs' orphans, what holds it back."""
+    parts = [f"sweep {o.done}/{o.ranges} ranges done" if o.ranges else "no sweep yet",
+             f"{o.last_deleted:,} deleted by the last run"]
+    if o.given_up:
+        parts.append(f"{o.given_up} range(s) given up")
+    if o.failing:
+        parts.append(f"{o.failing} range(s) failing")
+    line = ", ".join(parts)
+    if o.waiting:
+        line += f"; {o.waiting}"
+    if o.errors:
+        line += f"; last error: {o.errors[0]}"
+    return line + " (pg-ttl orphans status: per partition)"
 
 
 def deploy_file(name: str) -> str:

@@ -104,9 +104,7 @@ def _plan_unit(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     whole = unit.action in ("drop", "detach")
     condition = sql.SQL("true") if whole else pred.expired
     only = sql.SQL("") if whole else sql.SQL("ONLY ")
-    # An orphan has no expiry of its own to show.
-    oldest = (sql.SQL("min(CAST(NULL AS pg_catalog.timestamptz))") if unit.action == "orphans"
-              else min_expiry(conn, policy, pred))
+    oldest = min_expiry(conn, policy, pred)
     query = sql.SQL(
         "SELECT count(*) FILTER (WHERE {cond}), count(*), (SELECT {oldest} FROM {only}{t} WHERE {cond}),"
         " (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(p.relid)),"

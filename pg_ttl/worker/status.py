@@ -38,7 +38,8 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused, p.manua
        coalesce((SELECT extract(epoch FROM s.value::interval)::float8 FROM ttl.settings s
                   WHERE s.name = 'min_job_interval'), 0) AS min_interval_s,
        (SELECT json_agg(json_build_array(t.position, t.storage) ORDER BY t.position)
-          FROM ttl.tier t WHERE t.relid = p.relid) AS tiers
+          FROM ttl.tier t WHERE t.relid = p.relid) AS tiers,
+       EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid) AS has_orphans
   FROM ttl.worker_tables p
   LEFT JOIN ttl.worker_schedule s ON s.relid = p.relid
   LEFT JOIN LATERAL (SELECT * FROM ttl.run r WHERE r.relid = p.relid AND r.status <> 'busy'
@@ -98,6 +99,19 @@ class ShardBacklog:
 
 
 @dataclass
+class OrphanSweep:
+    """Where a table's orphan sweep stands, over its partitions (pg-ttl orphans status has them one by one)."""
+
+    ranges: int  # of the latest sweep of each partition
+    done: int
+    given_up: int  # failed RANGE_ATTEMPTS times: left for the next sweep
+    failing: int
+    last_deleted: int  # by the last orphan run of each partition
+    waiting: str | None  # why a run now would delete nothing yet (no age column: the clock's first wait)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
 class TableStatus:
     table: str
     job_cron: str
@@ -118,6 +132,8 @@ class TableStatus:
     archive_backlog: list[TierBacklog] = field(default_factory=list)
     # Per shard of the expiration queue, in order (empty: no queue): entries due now (docs/queues.md).
     queue_backlog: list[ShardBacklog] = field(default_factory=list)
+    # The orphan policy's sweep (None: the table has none; docs/orphans.md).
+    orphans: OrphanSweep | None = None
 
 
 @dataclass
@@ -343,9 +359,28 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
                 backlog_rows = max(count, 1) if oldest is not None else count
             else:
                 backlog_rows = 0 if exact else None
+        sweep = orphan_sweep(conn, entry.relid) if r["has_orphans"] else None
         status.tables.append(TableStatus(
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
             last_run=last, next_run=sched.next_run(entry, now), backlog=backlog_rows, lag_seconds=lag,
             oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or [],
-            archive_backlog=to_archive, queue_backlog=shards))
+            archive_backlog=to_archive, queue_backlog=shards, orphans=sweep))
     return status
+
+
+def orphan_sweep(conn: psycopg.Connection[Any], relid: int) -> OrphanSweep | None:
+    """The table's orphan sweep summed over its partitions (None: the caller may not act for its owner)."""
+    from pg_ttl.expire import orphans, owner
+
+    try:
+        reports = orphans.report(conn, [relid], estimate=False)
+    except (psycopg.Error, owner.NotOwner):
+        return None
+    if not reports:
+        return None
+    units = reports[0].units
+    errors = [e for u in units for _, e in u.given_up if e] + [e for u in units for *_, e in u.failing if e]
+    return OrphanSweep(ranges=sum(u.ranges for u in units), done=sum(u.done for u in units),
+                       given_up=sum(len(u.given_up) for u in units), failing=sum(len(u.failing) for u in units),
+                       last_deleted=sum(u.last_deleted for u in units), waiting=reports[0].waiting,
+                       errors=list(dict.fromkeys(errors)))
