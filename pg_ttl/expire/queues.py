@@ -3,8 +3,9 @@
 
 Every row with an expiry has an entry at or before it: an UPDATE that makes the
 expiry later leaves the entry early, and the drain moves it. A table with a
-queue is not swept: each shard is a unit of work (claimed, checkpointed,
-resumable, several workers drain different shards at once). A shard is read in
+queue is not swept: each shard with an entry due is a unit of work (claimed,
+checkpointed, resumable, several workers drain different shards at once; a
+shard with none is not claimed). A shard is read in
 (expiry, key) order from its checkpoint, ``delete_batch_size`` entries per
 statement: the rows of the entries whose expiry has passed are deleted with
 the expiry re-checked on the row itself and application row locks skipped,
