@@ -67,3 +67,17 @@ def engine_killed_at(db: psycopg.Connection[Any], dsn: str, table: str, statemen
         proc.wait(30)
         release()
     wait_for_engine_gone(db)
+
+
+def ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 20, live: int = 5) -> None:
+    """Table ``name`` (may be schema-qualified) with ``expired`` rows 3 days old and ``live`` new ones,
+    under a 1-day TTL on created_at."""
+    from psycopg import sql
+
+    ident = sql.Identifier(*name.split("."))
+    conn.execute(sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)").format(ident))
+    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() - interval '3 days' "
+                         "FROM generate_series(1, %s)").format(ident), (expired,))
+    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() FROM generate_series(1, %s)").format(ident),
+                 (live,))
+    conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))

@@ -16,16 +16,7 @@ from pg_ttl.worker import config as config_mod
 from pg_ttl.worker.daemon import Worker
 from pg_ttl.worker.rounds import Rounds
 from tests.conftest import dsn_of
-
-
-def _ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 20, live: int = 5) -> None:
-    ident = sql.Identifier(*name.split("."))
-    conn.execute(sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)").format(ident))
-    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() - interval '3 days' "
-                         "FROM generate_series(1, %s)").format(ident), (expired,))
-    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() FROM generate_series(1, %s)").format(ident),
-                 (live,))
-    conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
+from tests.helpers import ttl_table
 
 
 def _count(conn: psycopg.Connection[Any], name: str) -> int:
@@ -38,7 +29,7 @@ def test_worker_runs_every_table_through_one_engine_session(dsn: str, connect: A
     conn = connect()
     names = [f"t{i}" for i in range(6)]
     for name in names:
-        _ttl_table(conn, name)
+        ttl_table(conn, name)
     cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-one-session"}, environ={})
     assert Worker(cfg, once=True).run() == 0
     assert [_count(conn, name) for name in names] == [5] * len(names)
@@ -51,7 +42,7 @@ def test_worker_lag_is_what_the_run_left(dsn: str, connect: Any) -> None:
     """The run reads what it left at its end: a row the application holds is skipped by the run,
     and the lag metric counts from that row's expiry."""
     conn = connect()
-    _ttl_table(conn, "held", expired=10, live=2)
+    ttl_table(conn, "held", expired=10, live=2)
     holder = connect(autocommit=False)
     oldest = holder.execute("SELECT id, created_at + interval '1 day' FROM held ORDER BY created_at, id LIMIT 1 "
                             "FOR UPDATE").fetchone()
@@ -73,7 +64,7 @@ def _must_not_be_called(conn: psycopg.Connection[Any], relid: int) -> None:
 
 def test_a_pass_that_raises_leaves_no_claim_in_the_session(dsn: str, connect: Any) -> None:
     conn = connect()
-    _ttl_table(conn, "claimed")
+    ttl_table(conn, "claimed")
 
     class Broken:
         """A progress listener with a bug: raises once a unit is claimed and started."""
@@ -102,7 +93,7 @@ def test_a_pass_that_raises_leaves_no_claim_in_the_session(dsn: str, connect: An
 
 def test_engine_session_follows_setting_changes(dsn: str, connect: Any) -> None:
     conn = connect()
-    _ttl_table(conn, "settings_t")
+    ttl_table(conn, "settings_t")
     with Engine(dsn) as engine:
         engine.expire(["settings_t"])
         conn.execute("UPDATE ttl.settings SET value = '7s' WHERE name = 'statement_timeout'")
@@ -116,7 +107,7 @@ def test_engine_session_follows_setting_changes(dsn: str, connect: Any) -> None:
 def test_names_resolve_in_the_callers_search_path_on_every_pass(db: psycopg.Connection[Any], connect: Any) -> None:
     conn = connect()
     conn.execute("CREATE SCHEMA app")
-    _ttl_table(conn, "app.events")
+    ttl_table(conn, "app.events")
     dsn = psycopg.conninfo.make_conninfo(dsn_of(db), options="-c search_path=app,public")
     with Engine(dsn) as engine:
         first = engine.expire(["events"])
@@ -134,7 +125,7 @@ def test_engine_session_lost_is_reopened_by_the_worker(dsn: str, connect: Any, c
     monkeypatch.setattr(Rounds, "ENGINE_IDLE_CHECK_SECONDS", 0.0)
     conn = connect()
     for name in ("k1", "k2"):
-        _ttl_table(conn, name)
+        ttl_table(conn, name)
 
     class KillsItself(Engine):
         kills = 0

@@ -25,20 +25,11 @@ from pg_ttl.worker.loop import DatabaseLoop
 from pg_ttl.worker.rounds import DEFAULT_MIN_INTERVAL
 from pg_ttl.worker.schedule import latest_tick
 from pg_ttl.worker.status import collect
+from tests.helpers import ttl_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # Nothing listens here: a setting that got past validation would end in "database unavailable".
 NOWHERE = "host=127.0.0.1 port=1 dbname=nowhere connect_timeout=1"
-
-
-def _ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 20, live: int = 5) -> None:
-    ident = sql.Identifier(name)
-    conn.execute(sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)").format(ident))
-    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() - interval '3 days' "
-                         "FROM generate_series(1, %s)").format(ident), (expired,))
-    conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() FROM generate_series(1, %s)").format(ident),
-                 (live,))
-    conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
 
 
 def _count(conn: psycopg.Connection[Any], table: str, expired_only: bool = False) -> int:
@@ -150,7 +141,7 @@ def test_values_in_range_are_accepted(tmp_path: Path) -> None:
 # -- 2. superuser and BYPASSRLS -------------------------------------------------------------------------------
 def test_superuser_is_refused_unless_allowed(dsn: str, connect: Any, cli: Any, tmp_path: Path) -> None:
     conn = connect()
-    _ttl_table(conn, "ev")
+    ttl_table(conn, "ev")
     user, dbname = conn.info.user, conn.info.dbname
     assert conn.execute("SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").fetchone() == (
         True,)
@@ -212,8 +203,8 @@ def test_privileged_roles_are_refused(db: psycopg.Connection[Any], dsn: str, cli
 # -- 3. one table's failure ------------------------------------------------------------------------------------
 def test_a_locked_table_fails_alone(dsn: str, connect: Any, cli: Any) -> None:
     conn = connect()
-    _ttl_table(conn, "a")
-    _ttl_table(conn, "b")  # runs after a: due at the same tick, in name order
+    ttl_table(conn, "a")
+    ttl_table(conn, "b")  # runs after a: due at the same tick, in name order
     conn.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
     holder = connect(autocommit=False)
     holder.execute("LOCK TABLE a IN ACCESS EXCLUSIVE MODE")
@@ -303,8 +294,8 @@ ENGINE_ERRORS: dict[str, tuple[Callable[[str, psycopg.Connection[Any]], None], t
 def test_engine_error_fails_only_its_table(dsn: str, connect: Any, capture: _Capture, case: str) -> None:
     fail, error_class, lost = ENGINE_ERRORS[case]
     conn = connect()
-    _ttl_table(conn, "a")
-    _ttl_table(conn, "b")
+    ttl_table(conn, "a")
+    ttl_table(conn, "b")
     held = connect(autocommit=False)
     raised: list[BaseException] = []
 
@@ -371,7 +362,7 @@ INTERVALS = {"2 weeks": 14 * 86400, "1 mon": 30 * 86400, "P1D": 86400, "1 day 12
 @pytest.mark.parametrize("value", list(INTERVALS))
 def test_min_job_interval_is_read_by_postgresql(dsn: str, connect: Any, value: str) -> None:
     conn = connect()
-    _ttl_table(conn, "ev")  # @hourly, enabled under the default minimum
+    ttl_table(conn, "ev")  # @hourly, enabled under the default minimum
     tick = latest_tick("@hourly", datetime.now(UTC))
     conn.execute("INSERT INTO ttl.worker_schedule (relid, due_at, started_at, finished_at, last_status) "
                  "VALUES ('ev'::regclass, %s, now(), now(), 'ok')", (tick,))
@@ -391,7 +382,7 @@ def test_min_job_interval_is_read_by_postgresql(dsn: str, connect: Any, value: s
 
 def test_min_job_interval_postgresql_cannot_read_falls_back(dsn: str, connect: Any, capture: _Capture) -> None:
     conn = connect()
-    _ttl_table(conn, "ev")
+    ttl_table(conn, "ev")
     try:
         conn.execute("UPDATE ttl.settings SET value = 'fortnight' WHERE name = 'min_job_interval'")
     except psycopg.Error:
@@ -433,7 +424,7 @@ def test_documented_least_privilege_role_runs_the_worker(db: psycopg.Connection[
         assert db.execute("SELECT count(*) FROM information_schema.role_table_grants "
                           "WHERE grantee = 'ttl_worker'").fetchone() == (0,)
         db.execute("SET ROLE app_owner")
-        _ttl_table(db, "events", expired=30, live=5)
+        ttl_table(db, "events", expired=30, live=5)
         db.execute("RESET ROLE")
 
         res = cli("worker", "--once", "--dsn", _as(dsn, user="ttl_worker"), "--name", "least-priv",
@@ -470,7 +461,7 @@ def test_compose_worker_connects_as_its_own_role(db: psycopg.Connection[Any], ds
         assert db.execute("SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = %s",
                           (user,)).fetchone() == (False,)
         db.execute("SET ROLE app")  # the demo's table owner
-        _ttl_table(db, "events")
+        ttl_table(db, "events")
         db.execute("RESET ROLE")
         res = cli("worker", "--once", "--dsn", _as(dsn, user=str(user)))
         assert res.returncode == 0, res.stderr
