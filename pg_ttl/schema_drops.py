@@ -51,4 +51,9 @@ REMOVED: tuple[Removed, ...] = (
             "ttl.enable_orphans(regclass, text[], regclass, text[], interval, name, text, text, bigint, integer)"),
     # Releasing a unit's claim is told whether it is shared (no lock table read per unit).
     Removed("0014", "function", "ttl._release_claim(oid)"),
+    # A queue pass builds its drain, repair and recheck statements once per table
+    # (ttl.queue_drain_sql(oid, timestamptz, ...)), not per shard.
+    Removed("0015", "function", "ttl.queue_drain_sql(oid, integer, timestamp with time zone)"),
+    Removed("0015", "function", "ttl.queue_repair_sql(oid, integer)"),
+    Removed("0015", "function", "ttl.queue_recheck_sql(oid)"),
 )

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from alembic.script import ScriptDirectory
+from psycopg import sql
 
 from pg_ttl import install
 from pg_ttl.localserver import LocalServer
@@ -388,3 +389,22 @@ def test_unprivileged_roles_check_the_revision_too(pg_local: LocalServer, cli: C
     load_release(old)
     result = cli("list", "--dsn", pg_local.dsn(old.rsplit("=", 1)[1], user=role))
     assert result.returncode != 0 and "run pg-ttl upgrade" in result.stderr, result.stderr
+
+
+def test_every_removed_function_is_named_as_drop_would_find_it(dsn: str) -> None:
+    """Each function of the drop list, created as its old package defined it (its signature), is found
+    by an upgrade from the revision it last existed at, and not by one from later revisions."""
+    from pg_ttl.code_layer import removed_objects
+    from pg_ttl.schema_drops import REMOVED
+
+    functions = [r for r in REMOVED if r.kind == "function"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for entry in functions:
+            if conn.execute("SELECT pg_catalog.to_regprocedure(%s)", (entry.name,)).fetchone() == (None,):
+                # the signature is the drop list's own text (a constant of the package)
+                conn.execute(sql.SQL("CREATE FUNCTION {} RETURNS void LANGUAGE sql AS ''").format(sql.SQL(entry.name)))
+        for entry in functions:
+            found = removed_objects(conn, entry.last_revision)
+            assert f"function {entry.name}" in found, (entry.name, found)
+        head = install.head_revision()
+        assert [r for r in removed_objects(conn, head) if r.startswith("function")] == []
