@@ -8,7 +8,8 @@ from typing import Any
 
 import psycopg
 
-from tests.test_worker_trust import _as, _count, _roles, _ttl_table
+from tests.helpers import ttl_table
+from tests.test_worker_trust import _as, _count, _roles
 
 
 def test_non_superuser_owner_uses_the_cli_on_their_table(db: psycopg.Connection[Any], dsn: str, cli: Any) -> None:
@@ -17,7 +18,7 @@ def test_non_superuser_owner_uses_the_cli_on_their_table(db: psycopg.Connection[
         db.execute("CREATE ROLE app_owner LOGIN NOSUPERUSER NOBYPASSRLS")
         db.execute("GRANT CREATE ON SCHEMA public TO app_owner")
         db.execute("SET ROLE app_owner")
-        _ttl_table(db, "owned_events", expired=12, live=3)
+        ttl_table(db, "owned_events", expired=12, live=3)
         db.execute("RESET ROLE")
         owner = _as(dsn, user="app_owner")
         for args in (["list"], ["describe", "owned_events"], ["plan", "owned_events"], ["status"]):
@@ -45,10 +46,10 @@ def test_worker_skips_tables_it_cannot_act_on_with_one_line_each(db: psycopg.Con
         db.execute("CREATE ROLE ttl_worker LOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT")
         db.execute("GRANT team_a TO ttl_worker")  # not team_b
         db.execute("SET ROLE team_a")
-        _ttl_table(db, "a_events", expired=10, live=2)
+        ttl_table(db, "a_events", expired=10, live=2)
         db.execute("SET ROLE team_b")
-        _ttl_table(db, "b_events", expired=7, live=1)
-        _ttl_table(db, "b_more", expired=4, live=1)
+        ttl_table(db, "b_events", expired=7, live=1)
+        ttl_table(db, "b_more", expired=4, live=1)
         db.execute("RESET ROLE")
 
         worker = _as(dsn, user="ttl_worker")
