@@ -25,9 +25,10 @@ class EngineError(Exception):
 
 
 
-def connect(dsn: str) -> psycopg.Connection[Any]:
+def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
     """An engine session: autocommit (each statement is one short transaction), UTC,
-    statement_timeout and the short row lock_timeout on every transaction."""
+    statement_timeout and the short row lock_timeout on every transaction; with the
+    settings it applied."""
     conn = psycopg.connect(dsn, autocommit=True, application_name="pg-ttl engine")
     try:
         check_primary(conn)
@@ -47,7 +48,7 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     except BaseException:
         conn.close()
         raise
-    return conn
+    return conn, settings
 
 
 def check_primary(conn: psycopg.Connection[Any]) -> None:
@@ -93,11 +94,10 @@ class Engine:
     HOUSEKEEPING_SECONDS = 60.0
 
     def __init__(self, dsn: str) -> None:
-        self.conn = connect(dsn)
+        self.conn, self._settings = connect(dsn)
         row = self.conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()
         self._user_search_path = str(row[0]) if row else ""  # names given by the caller resolve in it
         self.conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
-        self._settings = EngineSettings.load(self.conn)  # as connect() applied them
         self._housekept_at: float | None = None
 
     @property
