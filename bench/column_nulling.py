@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from bench.orphans import LongestTransaction
+from bench.server import loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
@@ -127,8 +128,7 @@ def main() -> None:
             results[rows] = measure(server, rows, args.reps)
     finally:
         server.cleanup()
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
+    load = loadavg_text()
     print(f"{server.version}; rows ~100 B, half the values due, btree on the TTL column; median of {args.reps} "
           f"rounds; load average {load}\n")
     print("| rows | contender | seconds | values/s | vs the UPDATE (rounds) | longest transaction |")

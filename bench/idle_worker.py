@@ -24,7 +24,7 @@ from psycopg import sql
 
 from bench.contenders import ROOT, _cli_env
 from bench.runner import RUN_DB, Config, log
-from bench.server import BenchServer, process_cpu_seconds, server_cpu_seconds
+from bench.server import BenchServer, process_cpu_seconds, server_cpu_seconds, statement_calls
 
 
 def worker_available() -> str | None:
@@ -37,11 +37,7 @@ def worker_available() -> str | None:
 
 def _statements(server: BenchServer, dbname: str) -> int:
     with server.admin() as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-            "WHERE d.datname = %s", [dbname]).fetchone()
-        assert row is not None
-        return int(row[0])
+        return statement_calls(conn, dbname)
 
 
 def _create_policies(server: BenchServer, db: str, n: int) -> None:

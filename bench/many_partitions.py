@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.server import loadavg_text, statement_calls
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
@@ -54,13 +55,6 @@ def _partitions(dsn: str) -> list[str]:
                                            "WHERE i.inhparent = 'p'::regclass ORDER BY 1").fetchall()]
 
 
-def _statements(admin: psycopg.Connection[Any], db: str) -> int:
-    row = admin.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
-                        "ON d.oid = s.dbid WHERE d.datname = %s", (db,)).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def measure(server: LocalServer, n: int, rep: int) -> dict[str, Any]:
     dbs = (f"ttl_{n}_{rep}", f"hand_{n}_{rep}")
     with psycopg.connect(server.dsn(), autocommit=True) as admin:
@@ -78,7 +72,7 @@ def measure(server: LocalServer, n: int, rep: int) -> dict[str, Any]:
         started = time.perf_counter()
         [result] = expire(ttl_dsn, ["p"])
         seconds = time.perf_counter() - started
-        statements = _statements(admin, dbs[0])
+        statements = statement_calls(admin, dbs[0])
         dropped = result.partitions_dropped
         left = _partitions(ttl_dsn)
         doomed = _partitions(hand_dsn)[:dropped]
@@ -120,8 +114,7 @@ def main() -> None:
                       f"{r['vs_hand']:.2f}x the hand loop", file=sys.stderr, flush=True)
     finally:
         server.cleanup()
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
+    load = loadavg_text()
     print(f"{server.version}; {ROWS} rows per partition; median of {args.reps} rounds; load average {load}\n")
     print("| partitions | dropped | pg_ttl ms / dropped | statements / dropped | hand DROP ms / dropped | "
           "pg_ttl vs hand (rounds) | correct |")

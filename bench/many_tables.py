@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.server import loadavg_text, statement_calls
 from pg_ttl import install
 from pg_ttl.localserver import LocalServer
 
@@ -63,13 +64,6 @@ def _rows_left(dsn: str, n: int) -> tuple[int, int]:
         return left, expired
 
 
-def _statements(admin: psycopg.Connection[Any], db: str) -> int:
-    row = admin.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
-                        "ON d.oid = s.dbid WHERE d.datname = %s", (db,)).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def measure(server: LocalServer, n: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out: dict[str, Any] = {"tables": n, "rows_per_table": ROWS}
@@ -92,7 +86,7 @@ def measure(server: LocalServer, n: int) -> dict[str, Any]:
                                "--dsn", worker_dsn, "--log-level", "warning"], env=env, capture_output=True,
                               text=True)
         wall = time.monotonic() - t0
-        statements = _statements(admin, f"worker_{n}")
+        statements = statement_calls(admin, f"worker_{n}")
         if proc.returncode != 0:
             raise RuntimeError(f"pg-ttl worker --once exited {proc.returncode}: {proc.stderr[-2000:]}")
         with psycopg.connect(worker_dsn) as conn:
@@ -144,9 +138,8 @@ def main() -> None:
                   f"{r['hand_loop']['ms_per_table']:.2f} ms/table", file=sys.stderr, flush=True)
     finally:
         server.cleanup()
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    print(f"{server.version}; {ROWS} rows per table, half expired; load average {' '.join(load)}\n")
+    load = loadavg_text()
+    print(f"{server.version}; {ROWS} rows per table, half expired; load average {load}\n")
     print("| tables | worker pass | ms / table | statements / table | hand DELETE loop ms / table | "
           "worker vs hand | correct |")
     print("|---|---|---|---|---|---|---|")
@@ -156,7 +149,7 @@ def main() -> None:
               f"{w['statements_per_table']:.1f} | {h['ms_per_table']:.2f} | "
               f"{w['ms_per_table'] / h['ms_per_table']:.0f} x | {w['correct'] and h['correct']} |")
     if args.json:
-        args.json.write_text(json.dumps({"load_average": load, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"load_average": load.split(), "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -134,6 +134,20 @@ class BenchServer:
         return str(self.execute("postgres", "SELECT version()")[0][0])
 
 
+def statement_calls(conn: psycopg.Connection[Any], dbname: str) -> int:
+    """Statements run in database ``dbname`` since pg_stat_statements was last reset (as counted by
+    its ``track`` setting: top level, or nested too)."""
+    row = conn.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+                       "ON d.oid = s.dbid WHERE d.datname = %s", (dbname,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def loadavg_text() -> str:
+    """The load averages as /proc/loadavg prints them ('0.47 1.09 1.66')."""
+    return " ".join(f"{x:.2f}" for x in loadavg())
+
+
 def loadavg() -> list[float]:
     try:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
