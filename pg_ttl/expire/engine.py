@@ -25,6 +25,10 @@ class EngineError(Exception):
 
 
 
+# The engine session's own search_path, between tables (a table's run sets the table's).
+SEARCH_PATH = "pg_catalog, pg_temp"
+
+
 def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
     """An engine session: autocommit (each statement is one short transaction), UTC,
     statement_timeout and the short row lock_timeout on every transaction; with the
@@ -97,7 +101,7 @@ class Engine:
         self.conn, self._settings = connect(dsn)
         row = self.conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()
         self._user_search_path = str(row[0]) if row else ""  # names given by the caller resolve in it
-        self.conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+        self.conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (SEARCH_PATH,))
         self._housekept_at: float | None = None
 
     @property
@@ -262,7 +266,7 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             history.close_failed_run(conn, result.run_id, result.error)
         raise
     finally:
-        owner.restore(conn, local=False, search_path="pg_catalog, pg_temp")
+        owner.restore(conn, local=False, search_path=SEARCH_PATH)
     result.duration = time.monotonic() - started
     return result
 
