@@ -28,9 +28,10 @@ def oldest_left(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predi
     probe per partition when the column is indexed.
     """
     if queues.filled(conn, policy):
-        # the queue knows: each shard's first due entries, their rows re-checked (an entry may be early)
+        # the queue knows: each shard's first due entries, their rows re-checked (an entry may be
+        # early); a shard with no entry due has none to offer (one probe finds those that have)
         found = []
-        for unit in queues.shard_units(conn, policy):
+        for unit in queues.shard_units(conn, policy, due=pred.cutoff):
             query = conn.execute("SELECT ttl.queue_oldest_sql(%s, %s, %s)",
                                  (policy.relid, queues.shard_number(unit), pred.cutoff)).fetchone()
             assert query is not None
