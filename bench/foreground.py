@@ -4,7 +4,9 @@ A load generator process (bench.loadgen) inserts events and reads live rows by
 id at a fixed rate. Per repetition: a baseline window with no expiry, then
 each contender on a fresh clone with the same load running. Latency and
 throughput are taken over the transactions that started while the contender
-ran, and compared with the baseline of the same repetition.
+ran, and compared with the baseline of the same repetition. Then, with no
+load, pg_ttl's default pass against its unthrottled one: what the adaptive
+throttle costs on an idle server.
 """
 
 from __future__ import annotations
@@ -24,10 +26,14 @@ from bench.runner import ROOT_FOR_SUBPROCESS, Config, fresh, log, measured_run, 
 from bench.server import LOAD_APP, BenchServer
 from bench.stats import percentile, ratio, summarize
 
-# pg_ttl_limited: the same pg_ttl pass with the policy's delete_rate_limit set
-# (Config.fg_rate_limit rows/s): what an operator trades for a gentler expiry.
-CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl", "pg_ttl_limited")
-PGTTL = ("pg_ttl", "pg_ttl_limited")
+# pg_ttl: the default pass (the adaptive throttle on); pg_ttl_unthrottled: the same with the
+# throttle setting off (full speed); pg_ttl_limited: throttle off and the policy's
+# delete_rate_limit set (Config.fg_rate_limit rows/s), the fixed knob an operator must guess.
+CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
+PGTTL = ("pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
+# Without load, per repetition: the default pass against the unthrottled one (the throttle's
+# cost on an idle server), no transaction sampler (it would be a session at work).
+IDLE = ("pg_ttl", "pg_ttl_unthrottled")
 
 
 class LoadGen:
@@ -84,11 +90,19 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         "raw_delete": lambda dsn: c.raw_delete(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "batched_loop": lambda dsn: c.batched_loop(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "pg_ttl": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
+        "pg_ttl_unthrottled": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
         "pg_ttl_limited": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
     }
 
+    def unthrottled(db: str) -> None:
+        server.execute(db, "UPDATE ttl.settings SET value = 'off' WHERE name = 'throttle'")
+
     def rate_limited(db: str) -> None:
+        unthrottled(db)
         server.execute(db, "SELECT ttl.set_option(%s, 'delete_rate_limit', %s)", [PLAIN_TABLE, str(cfg.fg_rate_limit)])
+
+    setups: dict[str, Callable[[str], None]] = {"pg_ttl_unthrottled": unthrottled, "pg_ttl_limited": rate_limited}
+    idle: dict[str, list[float]] = {k: [] for k in IDLE}
 
     windows: dict[str, list[dict[str, Any]]] = {k: [] for k in ("baseline", *CONTENDERS)}
     pooled: dict[str, list[tuple[float, float, float]]] = {k: [] for k in windows}
@@ -98,7 +112,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                 continue
             template = ttl_template if contender in PGTTL else data.template
             assert template is not None
-            with fresh(server, template, rate_limited if contender == "pg_ttl_limited" else None) as db:
+            with fresh(server, template, setups.get(contender)) as db:
                 load = LoadGen(server, db, cfg, data)
                 try:
                     time.sleep(cfg.fg_warmup_s)
@@ -121,6 +135,12 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
             log(f"foreground rep {rep} {contender}: {record['status']} window={record['window_s']:.2f}s "
                 f"txns={record['txns']} p50={record['p50_ms'] or 0:.2f}ms p99={record['p99_ms'] or 0:.2f}ms "
                 f"tps={record['throughput_tps']:.0f}")
+        for contender in rotated(list(IDLE), rep) if not (pgttl_missing or ttl_template is None) else []:
+            with fresh(server, ttl_template, setups.get(contender)) as db:
+                record, m = measured_run(server, db, runners[contender], sample_txns=False)
+            if m is not None and record["status"] == "ok":
+                idle[contender].append(data.expired / m.wall_s)
+                log(f"foreground rep {rep} idle {contender}: {data.expired / m.wall_s:,.0f} rows/s")
     result: dict[str, Any] = {
         "description": "insert + point-select load at a fixed rate while each contender expires the plain table",
         "params": {"rows": data.rows, "rate_tps": cfg.fg_rate, "clients": cfg.fg_clients,
@@ -151,4 +171,11 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
     for entry in result["contenders"].values():
         if entry.get("available"):
             entry["p99_vs_baseline"] = ratio(entry["pooled"]["p99_ms"], base_p99)
+    paired = [a / b for a, b in zip(idle["pg_ttl"], idle["pg_ttl_unthrottled"], strict=False) if b]
+    result["idle_server"] = {
+        "description": "no load: rows/s of the default pass (throttle on) and of the unthrottled one, "
+                       "paired per repetition",
+        "rows_per_s": {k: summarize(v) for k, v in idle.items()},
+        "throttle_on_vs_off": summarize(paired) if paired else None,
+    }
     return result

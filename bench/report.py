@@ -10,6 +10,7 @@ from typing import Any
 TXN_TARGET_S = 0.2
 WAL_PER_PARTITION_TARGET = 1_000_000
 P99_TARGET = 1.25
+IDLE_SPEED_TARGET = 0.8  # the throttle on an idle server: at least this share of the unthrottled rows/s
 OVERHEAD_TARGET = 0.20
 
 
@@ -60,10 +61,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                        f"at {worst_wal[1]} rows/partition" if worst_wal else ""))
     fg_all = (w.get("foreground") or {}).get("contenders") or {}
     limit = ((w.get("foreground") or {}).get("params") or {}).get("pg_ttl_limited_delete_rate_limit")
-    for name, label in (("pg_ttl", "pg_ttl"), ("pg_ttl_limited", f"pg_ttl with delete_rate_limit {limit or 0:,}")):
+    for name, label in (("pg_ttl", "pg_ttl (adaptive throttle, default)"),
+                        ("pg_ttl_limited", f"pg_ttl with delete_rate_limit {limit or 0:,}")):
         p99 = (fg_all.get(name) or {}).get("p99_vs_baseline")
         out.append(_target(f"foreground p99 during {label} vs baseline", f"<= {P99_TARGET}x", p99,
                            None if p99 is None else p99 <= P99_TARGET))
+    idle = (((w.get("foreground") or {}).get("idle_server") or {}).get("throttle_on_vs_off") or {}).get("median")
+    out.append(_target("idle server: pg_ttl rows/s, throttle on vs off", f">= {IDLE_SPEED_TARGET}x", idle,
+                       None if idle is None else idle >= IDLE_SPEED_TARGET))
     trig = ((w.get("trigger") or {}).get("contenders") or {}).get("pg_ttl_row_ttl") or {}
     for key, label in (("single_insert_tps", "single-row INSERT"), ("bulk_insert_rows_per_s", "bulk INSERT")):
         ov = (trig.get("overhead_vs_no_ttl") or {}).get(key)
@@ -175,7 +180,7 @@ def _partition_wall_panel(ax: Any, w: dict[str, Any]) -> None:
 
 def _foreground_panel(ax: Any, w: dict[str, Any]) -> None:
     fg = (w.get("foreground") or {}).get("contenders") or {}
-    names = [n for n in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_limited")
+    names = [n for n in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
              if (fg.get(n) or {}).get("available")]
     series = {
         "p50": [_stat(fg[n], "p50_ms", 1.0) for n in names],
@@ -260,8 +265,18 @@ def markdown(results: dict[str, Any], png_rel: str | None, json_rel: str, link_p
                          f"| {_fmt(_median(entry, 'throughput_tps'), '.0f')} "
                          f"| {'—' if rate is None else f'{rate / 1000:,.0f}k'} |")
         limit = fg["params"].get("pg_ttl_limited_delete_rate_limit")
-        if limit:
-            lines += ["", f"`pg_ttl_limited` is the same pass with the policy's `delete_rate_limit = {limit:,}`."]
+        lines += ["", "`pg_ttl` is the default pass (adaptive throttle on); `pg_ttl_unthrottled` the same with "
+                  "the `throttle` setting off"
+                  + (f"; `pg_ttl_limited` has the throttle off and the policy's `delete_rate_limit = {limit:,}`."
+                     if limit else ".")]
+        idle_server = fg.get("idle_server") or {}
+        on_off = idle_server.get("throttle_on_vs_off") or {}
+        rates = idle_server.get("rows_per_s") or {}
+        if on_off.get("median") is not None:
+            lines += ["", f"Idle server (no load): the default pass ran at {on_off['median']:.2f}x "
+                      f"({on_off['min']:.2f}-{on_off['max']:.2f}) the unthrottled one's rows/s "
+                      f"({(rates.get('pg_ttl') or {}).get('median') or 0:,.0f} vs "
+                      f"{(rates.get('pg_ttl_unthrottled') or {}).get('median') or 0:,.0f} rows/s, medians)."]
         lines.append("")
     tr = w.get("trigger")
     if tr and "contenders" in tr:

@@ -56,4 +56,6 @@ REMOVED: tuple[Removed, ...] = (
     Removed("0015", "function", "ttl.queue_drain_sql(oid, integer, timestamp with time zone)"),
     Removed("0015", "function", "ttl.queue_repair_sql(oid, integer)"),
     Removed("0015", "function", "ttl.queue_recheck_sql(oid)"),
+    # The heartbeat also records the worker's current pace (the adaptive throttle).
+    Removed("0016", "function", "ttl.worker_heartbeat(text, text, integer, text, text, integer, jsonb)"),
 )

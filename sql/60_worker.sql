@@ -96,16 +96,19 @@ BEGIN
 END
 $fn$;
 
+-- p_pace: the adaptive throttle's pace in the worker's latest run, and why (pg_ttl/expire/pace.py).
 CREATE OR REPLACE FUNCTION ttl.worker_heartbeat(p_name text, p_host text, p_pid integer, p_version text,
-                                                p_state text, p_tables integer, p_skipped jsonb) RETURNS void
+                                                p_state text, p_tables integer, p_skipped jsonb,
+                                                p_pace text) RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    INSERT INTO ttl.worker AS w (name, host, pid, version, state, tables, skipped)
-    VALUES (p_name, p_host, p_pid, p_version, p_state, p_tables, p_skipped)
+    INSERT INTO ttl.worker AS w (name, host, pid, version, state, tables, skipped, pace)
+    VALUES (p_name, p_host, p_pid, p_version, p_state, p_tables, p_skipped, p_pace)
     ON CONFLICT (name) DO UPDATE
        SET heartbeat_at = pg_catalog.now(), state = excluded.state, tables = excluded.tables,
            host = excluded.host, pid = excluded.pid, version = excluded.version, skipped = excluded.skipped,
+           pace = excluded.pace,
            started_at = CASE WHEN w.pid <> excluded.pid THEN pg_catalog.now() ELSE w.started_at END
 $fn$;
 

@@ -131,3 +131,7 @@ def test_rules_and_dashboard_use_only_metrics_a_real_worker_exposes(dsn: str, co
     for sample in ('pg_ttl_expiration_lag_seconds{database=', 'pg_ttl_next_run_timestamp_seconds{database=',
                    'pg_ttl_worker_info{', 'pg_ttl_database_up{database='):
         assert sample in body, sample
+    # The throttle's pace as the run ended: full speed, nobody else at work.
+    assert re.search(r'^pg_ttl_pace\{database="[^"]+"\} 1\.0$', body, re.M), body
+    assert re.search(r'^pg_ttl_pace_reason\{database="[^"]+",reason="idle"\} 1\.0$', body, re.M)
+    assert re.search(r'^pg_ttl_pace_reason\{database="[^"]+",reason="throttled"\} 0\.0$', body, re.M)

@@ -92,8 +92,9 @@ def test_runs_due_policy_metrics_and_status_match_history(dsn: str, connect: Any
         assert w.find("worker stopped")
     finally:
         w.close()
-    row = conn.execute("SELECT state FROM ttl.worker WHERE name = 'w-main'").fetchone()
-    assert row == ("stopped",)
+    row = conn.execute("SELECT state, pace FROM ttl.worker WHERE name = 'w-main'").fetchone()
+    # the pace of its latest run: a small table, never slowed
+    assert row == ("stopped", "100% (full speed: no other session at work)")
 
 
 def test_new_policy_is_picked_up_by_notify(dsn: str, connect: Any) -> None:

@@ -184,12 +184,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                           "`pg-ttl plan TABLE` counts what each tier would move.")
     if status.workers:
         workers = Table(title="Workers")
-        for col in ("name", "host", "pid", "state", "tables", "last heartbeat"):
+        for col in ("name", "host", "pid", "state", "tables", "last heartbeat", "pace (latest run)"):
             workers.add_column(col)
         for w in status.workers:
             state = f"[red]lost[/] (last said {w['state']})" if w["lost"] else w["state"]
             workers.add_row(w["name"], w["host"], str(w["pid"]), state, str(w["tables"]),
-                            f"{_fmt_duration(w['heartbeat_age'])} ago")
+                            f"{_fmt_duration(w['heartbeat_age'])} ago", w["pace"] or "-")
         console.print(workers)
     return 0
 

@@ -29,6 +29,7 @@ import psycopg
 
 from pg_ttl.expire import history
 from pg_ttl.expire.context import RateLimiter, UnitContext
+from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
 
 COLUMNS = """
@@ -149,7 +150,7 @@ def null_unit(ctx: UnitContext) -> None:
 
 def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | None, cutoff: datetime,
                        stop: threading.Event | None = None, worker: str | None = None,
-                       batch_size: int | None = None) -> list[TableResult]:
+                       batch_size: int | None = None, pace: Pace | None = None) -> list[TableResult]:
     """One pass over the tables that have column TTLs but no table TTL, partition by partition;
     ``batch_size`` rows examined per step (default: the select_batch_size option's default)."""
     results: list[TableResult] = []
@@ -167,7 +168,7 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
         try:
             for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
                 label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
-                result.add(_null_leaf(conn, name, run_id, relid, leaf, label, batch_size, cutoff, stop))
+                result.add(_null_leaf(conn, name, run_id, relid, leaf, label, batch_size, cutoff, stop, pace))
             # The database judges the run from its units (ttl._finish_run).
             result.status = history.finish_run(conn, run_id, None)
             if result.status == "failed":
@@ -184,7 +185,7 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
 
 
 def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: int, leaf: int, label: str,
-               batch_size: int, cutoff: datetime, stop: threading.Event | None) -> UnitResult:
+               batch_size: int, cutoff: datetime, stop: threading.Event | None, pace: Pace | None) -> UnitResult:
     started = time.monotonic()
     res = UnitResult(table, label, "delete", 0, 0, "ok", None, 0.0, relid=leaf)
     # claimed and started, or skipped with the reason recorded (sql/50_history.sql)
@@ -193,8 +194,11 @@ def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: in
     if row is not None and row[0] is not None:
         res.action, res.status, res.error = "skip", "skipped", str(row[0])
         return res
+    if pace is not None:
+        pace.unit_started()
     try:
-        for n in null_batches(conn, relid, leaf, batch_size, cutoff, run_id=run_id, stop=stop):
+        for n in null_batches(conn, relid, leaf, batch_size, cutoff, run_id=run_id, stop=stop,
+                              limiter=RateLimiter(0, stop, pace)):
             res.values_nulled += n
         if stop is not None and stop.is_set():
             res.status = "partial"
@@ -208,6 +212,8 @@ def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: in
         res.status, res.error = "failed", error_text(exc)
         raise
     finally:
+        if pace is not None:
+            pace.unit_ended()
         if not conn.broken:
             conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true)", (run_id, leaf, res.status, res.error))
         res.duration = time.monotonic() - started

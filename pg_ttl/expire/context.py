@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
 from pg_ttl.expire.results import UnitResult
 from pg_ttl.expire.units import Unit
@@ -41,6 +42,8 @@ class EngineSettings:
     statement_timeout: str = "30s"
     row_lock_timeout: str = "50ms"
     row_strategy: str = "auto"  # 'auto' | 'index' | 'ctid'
+    throttle: bool = True  # the adaptive throttle (pace.py)
+    throttle_target: float = 1.5
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
@@ -54,19 +57,31 @@ class EngineSettings:
             statement_timeout=str(values.get("statement_timeout", cls.statement_timeout)),
             row_lock_timeout=str(values.get("row_lock_timeout", cls.row_lock_timeout)),
             row_strategy=str(values.get("row_strategy", cls.row_strategy)),
+            throttle=str(values.get("throttle", "on")) == "on",
+            throttle_target=float(values.get("throttle_target", cls.throttle_target)),
         )
 
 
 class RateLimiter:
-    """At most ``rate`` rows per second per table; waits between transactions only."""
+    """At most ``rate`` rows per second per table, and the adaptive throttle's rests
+    (``pace``); waits between transactions only."""
 
-    def __init__(self, rate: int, stop: threading.Event | None) -> None:
+    def __init__(self, rate: int, stop: threading.Event | None, pace: Pace | None = None) -> None:
         self.rate = rate
         self.stop = stop
+        self.pace = pace
         self.count = 0
         self.start = time.monotonic()
 
+    @property
+    def paced(self) -> bool:
+        """Waits come between transactions: keep each one small."""
+        return self.rate > 0 or (self.pace is not None and self.pace.slowed)
+
     def add(self, rows: int) -> None:
+        """``rows`` committed: rest as the throttle says, then as the rate limit says."""
+        if self.pace is not None:
+            self.pace.between_transactions()
         if self.rate <= 0 or rows <= 0:
             return
         self.count += rows
@@ -76,6 +91,8 @@ class RateLimiter:
                 self.stop.wait(delay)
             else:
                 time.sleep(delay)
+            if self.pace is not None:  # a rest for the throttle too
+                self.pace.resumed()
 
 
 @dataclass

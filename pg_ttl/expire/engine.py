@@ -15,6 +15,7 @@ from psycopg import errors
 from pg_ttl.archive.storage import StorageError
 from pg_ttl.expire import columns, history, oldest, orphans, owner, partitions, queues, ranges, rows, tiers
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
+from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
 from pg_ttl.expire.units import Unit, list_units
@@ -103,6 +104,8 @@ class Engine:
         self._user_search_path = str(row[0]) if row else ""  # names given by the caller resolve in it
         self.conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (SEARCH_PATH,))
         self._housekept_at: float | None = None
+        self.pace = Pace(dsn, self.conn.info.backend_pid, enabled=self._settings.throttle,
+                         target=self._settings.throttle_target)
 
     @property
     def broken(self) -> bool:
@@ -112,6 +115,7 @@ class Engine:
         self.conn.execute("SELECT 1")
 
     def close(self) -> None:
+        self.pace.close()
         self.conn.close()
 
     def __enter__(self) -> Engine:
@@ -144,11 +148,13 @@ class Engine:
             cutoff = cutoff or row[0]  # once per run, from the server clock
             assert cutoff is not None
             settings = self._apply_settings(EngineSettings.from_values(row[2] or {}))
+            self.pace.configure(settings.throttle, settings.throttle_target)
+            self.pace.stop = stop
             housekeeping = self._housekept_at is None or \
                 time.monotonic() - self._housekept_at >= self.HOUSEKEEPING_SECONDS
             if housekeeping:
                 history.close_dead_runs(conn)
-            results = self._pass(relids, cutoff, settings, stop, progress or NullProgress(), worker)
+            results = self._pass(relids, cutoff, settings, stop, progress or NullProgress(), worker, self.pace)
             if housekeeping:
                 history.prune(conn)
                 self._housekept_at = time.monotonic()
@@ -171,7 +177,8 @@ class Engine:
         return settings
 
     def _pass(self, relids: Sequence[int] | None, cutoff: datetime, settings: EngineSettings,
-              stop: threading.Event | None, progress: ProgressListener, worker: str | None) -> list[TableResult]:
+              stop: threading.Event | None, progress: ProgressListener, worker: str | None,
+              pace: Pace) -> list[TableResult]:
         conn = self.conn
         wanted = list(relids) if relids is not None else None
         results: list[TableResult] = []
@@ -184,23 +191,23 @@ class Engine:
                 break
             if policy.has_tiers:  # rows that reached a storage tier move first
                 archived = expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker, kind="archive")
+                                        worker=worker, kind="archive", pace=pace)
                 results.append(archived)
                 # Rows past the DELETE are to be archived first: while their archive run did not
                 # finish (storage down, a row held by the application), none of them is deleted.
                 if archived.status != "ok" and tiers.archives_before_delete(conn, policy.relid):
                     continue
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker))
+                                        worker=worker, pace=pace))
         if (stop is None or not stop.is_set()) and not covered:  # tables with column TTLs only
-            results.extend(columns.expire_column_only(conn, wanted, cutoff, stop, worker))
+            results.extend(columns.expire_column_only(conn, wanted, cutoff, stop, worker, pace=pace))
         # Orphans last: the children of the tables just expired follow their parents.
         with_orphans = not covered or any(p.has_orphans for p in policies)
         for policy in orphans.load_orphan_policies(conn, wanted) if with_orphans else []:
             if stop is not None and stop.is_set():
                 break
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker, kind="orphans"))
+                                        worker=worker, kind="orphans", pace=pace))
         return results
 
 
@@ -214,7 +221,7 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
-                 kind: str = "rows") -> TableResult:
+                 kind: str = "rows", pace: Pace | None = None) -> TableResult:
     """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
     its orphans ('orphans', sql/80_orphans.sql), or its rows that reached a storage
     tier ('archive', sql/82_tiers.sql). Whatever goes wrong with this table
@@ -249,7 +256,7 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             units = queues.shard_units(conn, policy, due=pred.cutoff)  # a filled expiration queue: its shards due
         else:
             units = list_units(conn, policy, pred)
-        _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress)
+        _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress, pace)
         if kind == "rows" and (stop is None or not stop.is_set()):
             _measure_oldest_left(conn, policy, pred, result)
     except (psycopg.Error, LookupError) as exc:
@@ -268,6 +275,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
     finally:
         owner.restore(conn, local=False, search_path=SEARCH_PATH)
     result.duration = time.monotonic() - started
+    if pace is not None and result.units:
+        result.pace = pace.state()
     return result
 
 
@@ -288,11 +297,11 @@ STOPPED = "stopped: the pass was asked to stop before this unit; the next run do
 
 def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, units: list[Unit],
                result: TableResult, run_id: int, settings: EngineSettings, stop: threading.Event | None,
-               progress: ProgressListener) -> None:
+               progress: ProgressListener, pace: Pace | None = None) -> None:
     """The table's units, one after the other, then the run's end. The status is the one
     the database records, judged from the units (ttl._finish_run)."""
     select_limiter = RateLimiter(policy.select_rate_limit, stop)
-    delete_limiter = RateLimiter(policy.delete_rate_limit, stop)
+    delete_limiter = RateLimiter(policy.delete_rate_limit, stop, pace)
     stopped_before: Unit | None = None
     for unit in units:
         if stop is not None and stop.is_set():
@@ -331,6 +340,9 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         return res
     escaping: BaseException | None = None
     ended = False
+    pace = ctx.delete_limiter.pace
+    if pace is not None:
+        pace.unit_started()
     try:
         ended = _do_unit(ctx, res)
     except errors.UndefinedTable:
@@ -355,6 +367,8 @@ def run_unit(ctx: UnitContext) -> UnitResult:
         escaping = exc
         raise
     finally:
+        if pace is not None:
+            pace.unit_ended()
         if not conn.broken and not ended:
             # While another error escapes, a refused statement here must not replace it.
             with contextlib.suppress(*((psycopg.Error,) if escaping is not None else ())):

@@ -8,6 +8,8 @@ from datetime import datetime
 
 import psycopg
 
+from pg_ttl.expire.pace import PaceState
+
 
 @dataclass
 class UnitResult:
@@ -53,6 +55,7 @@ class TableResult:
     # metric's number), when the run measured it at its end (oldest_measured).
     oldest_left: datetime | None = None
     oldest_measured: bool = False
+    pace: PaceState | None = None  # the adaptive throttle's pace as the run ended (pace.py)
 
     def add(self, unit: UnitResult) -> None:
         """Count one finished unit in."""

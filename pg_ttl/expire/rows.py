@@ -129,8 +129,8 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
     """Phase 2 of one select batch: one DELETE statement per chunk, several chunks per
     transaction up to GROUP_SECONDS (one accounting update and one commit per
     transaction instead of per chunk: at 1000-row chunks they cost as much as the
-    delete). A rate limit makes every chunk its own transaction, so waits fall
-    between transactions at chunk granularity."""
+    delete). A rate limit or the throttle slowing the pass makes every chunk its own
+    transaction, so waits fall between transactions at chunk granularity."""
     current = next(chunks, None)
     while current is not None and not ctx.stopping():
         group: list[tuple[Chunk, int]] = []
@@ -142,7 +142,7 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
                     group.append((current, n))
                     ctx.deleted += n  # provisional (the ctid ranges size themselves by it)
                     current = None
-                    if (ctx.stopping() or ctx.delete_limiter.rate > 0 or ctx.select_limiter.rate > 0
+                    if (ctx.stopping() or ctx.delete_limiter.paced or ctx.select_limiter.rate > 0
                             or time.monotonic() - started >= GROUP_SECONDS):
                         break
                     current = next(chunks, None)

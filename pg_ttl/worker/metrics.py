@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pg_ttl import __version__
+from pg_ttl.expire.pace import REASONS as PACE_REASONS
 
 if TYPE_CHECKING:
     from pg_ttl.expire.results import TableResult
@@ -130,6 +131,13 @@ class WorkerMetrics:
                              ["database"], registry=r)
         self.reconnects = Counter("pg_ttl_reconnects", "Connection losses followed by a reconnect attempt",
                                   ["database"], registry=r)
+        self.pace = Gauge("pg_ttl_pace", "Share of the time the engine works (1: full speed; below 1: the "
+                          "adaptive throttle slows it down), as the latest run ended", ["database"], registry=r)
+        self.pace_slowdown = Gauge("pg_ttl_pace_slowdown", "How much slower other sessions' statements ran while "
+                                   "the engine worked than while it rested (90th percentile), last measured",
+                                   ["database"], registry=r)
+        self.pace_reason = Gauge("pg_ttl_pace_reason", "1 for why the pace is what it is (off, idle, healthy, "
+                                 "throttled, measuring, blind, unmeasured)", ["database", "reason"], registry=r)
         self.info = Gauge("pg_ttl_worker_info", "Worker identity", ["worker", "version"], registry=r)
         self.info.labels(worker_name, __version__).set(1)
         self.lag = LagCollector()
@@ -165,6 +173,12 @@ class WorkerMetrics:
         self.run_duration.labels(db).observe(result.duration)
         self.last_run_duration.labels(*labels).set(result.duration)
         self.last_run.labels(*labels).set(time.time())
+        if result.pace is not None:
+            self.pace.labels(db).set(result.pace.duty)
+            if result.pace.slowdown is not None:
+                self.pace_slowdown.labels(db).set(result.pace.slowdown)
+            for reason in PACE_REASONS:
+                self.pace_reason.labels(db, reason).set(1 if reason == result.pace.reason else 0)
 
     def record_failure(self, db: str, table: str, duration: float) -> None:
         """A run that raised instead of returning a result."""

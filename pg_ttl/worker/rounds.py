@@ -272,6 +272,8 @@ class Rounds:
         statuses: list[str] = []
         for result in results:
             loop.shared.metrics.record_run(loop.db.name, entry.table, result)
+            if result.pace is not None:
+                loop.pace = result.pace.describe()
             statuses.append(result.status)
             loop.log(logging.INFO if result.status in ("ok", "paused", "busy") else logging.WARNING,
                      "run finished", table=entry.table, run_id=result.run_id, status=result.status,

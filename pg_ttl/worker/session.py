@@ -23,7 +23,7 @@ Conn = psycopg.Connection[TupleRow]
 CHANNEL = "pg_ttl"
 IS_INSTALLED = "SELECT pg_catalog.to_regclass('ttl.worker_schedule') IS NOT NULL AND " \
                "pg_catalog.to_regclass('ttl.run') IS NOT NULL"
-HEARTBEAT = "SELECT ttl.worker_heartbeat(%s, %s, %s, %s, %s, %s, %s)"
+HEARTBEAT = "SELECT ttl.worker_heartbeat(%s, %s, %s, %s, %s, %s, %s, %s)"
 # The first role this session is, or can act as, that is a superuser or has
 # BYPASSRLS: its own (current_user, or session_user if it differs) first.
 # pg_has_role(..., 'MEMBER') is true where SET ROLE would work.
@@ -133,7 +133,7 @@ class Heartbeat:
             return
         try:
             conn.execute(HEARTBEAT, (self.loop.shared.config.name, socket.gethostname(), os.getpid(), __version__,
-                                     state, tables, Jsonb(self.loop.skipped)))
+                                     state, tables, Jsonb(self.loop.skipped), self.loop.pace))
         except psycopg.Error as exc:
             # The heartbeat only informs `pg-ttl status`: a refused one must not stop the expiry.
             if connection_lost(exc, conn):

@@ -52,6 +52,7 @@ class LoopState:
     next_wake_at: datetime | None = None
     failed_runs: int = 0  # runs that failed (the loop went on to the next table)
     skipped: dict[str, str] = field(default_factory=dict)  # tables this worker cannot act on -> why
+    pace: str | None = None  # the adaptive throttle's pace as the latest run ended (pg_ttl/expire/pace.py)
 
     def stop_requested(self) -> bool:
         return self.shared.stop.is_set() or self.retire.is_set()

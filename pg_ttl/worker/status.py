@@ -51,7 +51,7 @@ SELECT p.relid, p.table_name, p.job_cron, p.job_cron_override, p.paused, p.manua
 # still connected is a long run, not a lost worker. (backend_start is NULL in pg_stat_activity
 # for other roles' sessions unless the reader may see them; the pid alone then identifies it.)
 WORKERS = """
-SELECT w.name, w.host, w.pid, w.version, w.state, w.tables, w.started_at, w.heartbeat_at,
+SELECT w.name, w.host, w.pid, w.version, w.state, w.tables, w.started_at, w.heartbeat_at, w.pace,
        extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age,
        w.state <> 'stopped' AND w.heartbeat_at < now() - make_interval(secs => %(lost_after)s)
        AND NOT EXISTS (SELECT 1 FROM ttl.run r JOIN pg_catalog.pg_stat_activity a ON a.pid = r.backend_pid

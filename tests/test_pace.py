@@ -1,0 +1,221 @@
+"""The adaptive throttle (pg_ttl/expire/pace.py): the engine slows down while it slows other
+sessions, runs at full speed when nobody else is at work, says when it cannot see, and the
+setting turns it off."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pg_ttl.expire import Engine
+from pg_ttl.expire.pace import DECREASE, INCREASE, MAX_REST, MIN_STATEMENTS, START_DUTY, Controller
+
+# -- the controller alone ---------------------------------------------------------------------
+
+
+def _feed(c: Controller, seconds: float, n: int, during_work: bool, at: float = 100.0) -> None:
+    for i in range(n):
+        c.observe(at + i * 0.001, seconds, during_work)
+
+
+def test_nobody_else_at_work_means_full_speed() -> None:
+    c = Controller(1.5)
+    c.duty = 0.2
+    c.decide(now=100.0)
+    assert (c.duty, c.reason) == (1.0, "idle")
+    assert c.rest_after(0.05) == 0.0
+
+
+def test_statements_slower_while_working_lower_the_duty_and_unaffected_ones_raise_it() -> None:
+    c = Controller(1.5)
+    _feed(c, 0.001, MIN_STATEMENTS, during_work=False)  # the reference: 1 ms while resting
+    _feed(c, 0.005, MIN_STATEMENTS, during_work=True)  # 5x slower while working
+    c.decide(now=100.1)
+    assert c.reason == "throttled" and c.duty == pytest.approx(DECREASE)
+    assert c.slowdown == pytest.approx(5.0)
+    _feed(c, 0.0012, MIN_STATEMENTS, during_work=True, at=100.2)  # 1.2x: within the target
+    c.decide(now=100.3)
+    assert c.reason == "healthy" and c.duty == pytest.approx(DECREASE + INCREASE)
+    assert c.slowed_down == 1
+
+
+def test_too_few_statements_wait_for_more_and_no_reference_means_resting_to_take_one() -> None:
+    c = Controller(1.5)
+    _feed(c, 0.001, MIN_STATEMENTS, during_work=False)
+    _feed(c, 0.009, MIN_STATEMENTS - 1, during_work=True)
+    c.decide(now=100.1)
+    assert c.duty == 1.0 and c.reason != "throttled"  # not judged on too few
+    _feed(c, 0.009, 1, during_work=True, at=100.2)
+    c.decide(now=100.3)
+    assert c.reason == "throttled"  # the earlier ones were kept: now enough
+
+    fresh = Controller(1.5)
+    _feed(fresh, 0.001, MIN_STATEMENTS, during_work=True)
+    fresh.decide(now=100.1)
+    assert (fresh.duty, fresh.reason) == (0.5, "measuring")
+
+
+def test_a_busy_start_is_gentle_and_rests_follow_the_duty() -> None:
+    c = Controller(1.5)
+    c.start(others_active=True)
+    assert (c.duty, c.reason) == (START_DUTY, "measuring")
+    c.duty = 0.25
+    assert c.rest_after(0.01) == pytest.approx(0.03)
+    assert c.rest_after(10.0) == MAX_REST
+    quiet = Controller(1.5)
+    quiet.start(others_active=False)
+    assert quiet.duty == 1.0
+
+
+def test_old_reference_statements_age_out() -> None:
+    c = Controller(1.5)
+    _feed(c, 0.001, MIN_STATEMENTS, during_work=False, at=0.0)
+    c.decide(now=1000.0)  # long after: nobody at work any more
+    assert (c.duty, c.reason) == (1.0, "idle") and not c.baseline
+
+
+# -- against the server -----------------------------------------------------------------------
+
+ROWS = 600_000
+
+
+def _big_table(db: psycopg.Connection[Any], name: str = "t", owner: str | None = None) -> None:
+    """``ROWS`` expired rows and 1,000 live ones: a pass of many short transactions."""
+    if owner:
+        db.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+    db.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, created_at timestamptz NOT NULL, pad text)").format(
+        sql.Identifier(name)))
+    db.execute(sql.SQL("INSERT INTO {} SELECT g, CASE WHEN g <= %s THEN now() - interval '3 days' ELSE now() END, "
+                       "repeat('x', 40) FROM generate_series(1, %s) g").format(sql.Identifier(name)),
+               (ROWS, ROWS + 1000))
+    if owner:
+        db.execute("RESET ROLE")
+    db.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
+    db.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+    db.commit()
+
+
+@contextlib.contextmanager
+def _foreground(dsn: str, statement: str, transaction: bool = False, sessions: int = 1) -> Iterator[list[int]]:
+    """``sessions`` other sessions running ``statement`` over and over (in a transaction of its
+    own each time when ``transaction``) until the block ends; yields [statements run]."""
+    done = threading.Event()
+    count = [0]
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=not transaction, application_name="app") as conn:
+                while not done.is_set():
+                    conn.execute(statement)  # type: ignore[arg-type]  # the tests' own constants
+                    if transaction:
+                        conn.commit()
+                    count[0] += 1
+                    done.wait(0.001)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(sessions)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    try:
+        yield count
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(10)
+    assert not failures, failures
+
+
+def test_idle_server_full_speed(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big_table(db)
+    with Engine(dsn) as engine:
+        [res] = engine.expire(["t"])
+        pace = engine.pace
+        assert pace.samples > 0, "the pass was long enough to be sampled"
+        assert pace.rested == 0.0
+        assert res.pace is not None and (res.pace.duty, res.pace.reason) == (1.0, "idle")
+    assert res.status == "ok" and res.rows_deleted == ROWS
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (1000,)
+
+
+def test_the_engine_slows_down_while_it_slows_other_sessions(db: psycopg.Connection[Any], dsn: str) -> None:
+    """The application's statement waits for the engine's transactions (a SHARE lock on the table
+    conflicts with DELETE's), so it runs far slower while the engine works than while it rests.
+    Four such sessions busy as the pass starts: it starts gently, and slows down further."""
+    _big_table(db)
+    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4) as ran, \
+            Engine(dsn) as engine:
+        stop = threading.Event()
+        threading.Timer(3.0, stop.set).start()  # enough to see it; the rest would only be slow
+        started = time.monotonic()
+        [res] = engine.expire(["t"], stop=stop)
+        took = time.monotonic() - started
+        pace = engine.pace
+        assert ran[0] > 0
+    assert pace.controller.slowed_down > 0, pace.state()
+    assert pace.controller.slowdown is not None and pace.controller.slowdown > pace.controller.target
+    assert pace.rested > 0.5 * took, (pace.rested, took)  # mostly resting
+    assert res.status == "partial" and 0 < res.rows_deleted < ROWS
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (ROWS + 1000 - res.rows_deleted,)
+    assert db.execute("SELECT count(*) FROM t WHERE id > %s", (ROWS,)).fetchone() == (1000,)
+
+
+def test_throttle_off(db: psycopg.Connection[Any], dsn: str) -> None:
+    _big_table(db)
+    db.execute("SELECT ttl.set_option('t', 'delete_rate_limit', %s)", (str(ROWS // 3),))
+    db.execute("UPDATE ttl.settings SET value = 'off' WHERE name = 'throttle'")
+    db.commit()
+    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True), Engine(dsn) as engine:
+        [res] = engine.expire(["t"])
+        assert engine.pace.samples == 0 and engine.pace.rested == 0.0
+    assert res.pace is not None and res.pace.reason == "off" and "throttle is off" in res.pace.describe()
+    assert res.status == "ok" and res.rows_deleted == ROWS
+
+
+@pytest.mark.parametrize(("name", "value"), [("throttle", "fast"), ("throttle_target", "1"),
+                                             ("throttle_target", "0.5"), ("throttle_target", "x")])
+def test_bad_settings_are_refused(db: psycopg.Connection[Any], name: str, value: str) -> None:
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute("UPDATE ttl.settings SET value = %s WHERE name = %s", (value, name))
+
+
+def _as(dsn: str, user: str) -> str:
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params["user"] = user
+    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def test_without_pg_read_all_stats_the_throttle_says_it_cannot_see(db: psycopg.Connection[Any], dsn: str) -> None:
+    """An engine role that may not see other roles' sessions runs at full speed and says why;
+    with pg_read_all_stats it sees them."""
+    db.autocommit = True
+    for role in ("pace_worker", "pace_owner"):
+        db.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    db.execute("CREATE ROLE pace_owner NOLOGIN")
+    db.execute("GRANT CREATE ON SCHEMA public TO pace_owner")
+    db.execute("CREATE ROLE pace_worker LOGIN NOINHERIT IN ROLE pace_owner")
+    try:
+        db.autocommit = False
+        _big_table(db, owner="pace_owner")
+        # The superuser's session: not visible to pace_worker.
+        with _foreground(dsn, "SELECT pg_catalog.pg_sleep(0.0005)"), Engine(_as(dsn, "pace_worker")) as engine:
+            [res] = engine.expire(["t"])
+            assert engine.pace.samples > 0
+        assert res.status == "ok" and res.rows_deleted == ROWS
+        assert res.pace is not None and (res.pace.duty, res.pace.reason) == (1.0, "blind")
+        assert "pg_read_all_stats" in res.pace.describe()
+    finally:
+        db.rollback()
+        db.autocommit = True
+        db.execute("DROP OWNED BY pace_worker, pace_owner CASCADE")
+        db.execute("DROP ROLE pace_worker")
+        db.execute("DROP ROLE pace_owner")
