@@ -86,15 +86,15 @@ def test_old_reference_statements_age_out() -> None:
 ROWS = 600_000
 
 
-def _big_table(db: psycopg.Connection[Any], name: str = "t", owner: str | None = None) -> None:
-    """``ROWS`` expired rows and 1,000 live ones: a pass of many short transactions."""
+def _big_table(db: psycopg.Connection[Any], name: str = "t", owner: str | None = None, rows: int = ROWS) -> None:
+    """``rows`` expired rows and 1,000 live ones: a pass of many short transactions."""
     if owner:
         db.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
     db.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, created_at timestamptz NOT NULL, pad text)").format(
         sql.Identifier(name)))
     db.execute(sql.SQL("INSERT INTO {} SELECT g, CASE WHEN g <= %s THEN now() - interval '3 days' ELSE now() END, "
                        "repeat('x', 40) FROM generate_series(1, %s) g").format(sql.Identifier(name)),
-               (ROWS, ROWS + 1000))
+               (rows, rows + 1000))
     if owner:
         db.execute("RESET ROLE")
     db.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
@@ -219,3 +219,18 @@ def test_without_pg_read_all_stats_the_throttle_says_it_cannot_see(db: psycopg.C
         db.execute("DROP OWNED BY pace_worker, pace_owner CASCADE")
         db.execute("DROP ROLE pace_worker")
         db.execute("DROP ROLE pace_owner")
+
+
+def test_run_json_and_summary_say_the_pace(db: psycopg.Connection[Any], dsn: str, cli: Any) -> None:
+    """pg-ttl run reports each table's pace; its summary notes it when the throttle had a say."""
+    import json
+
+    _big_table(db, rows=300_000)  # past the throttle's first 0.1 s, then slowed
+    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4):
+        res = cli("run", "--json", "--dsn", dsn, "t")
+    assert res.returncode == 0, res.stderr
+    [out] = json.loads(res.stdout)
+    assert out["status"] == "ok" and out["rows_deleted"] == 300_000
+    pace = out["pace"]
+    assert pace["duty"] < 1 and pace["reason"] in ("throttled", "healthy", "measuring"), pace
+    assert pace["text"].startswith(f"{pace['duty']:.0%} (")

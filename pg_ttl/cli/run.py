@@ -145,6 +145,8 @@ def _result_json(r: TableResult) -> dict[str, Any]:
             "rows_deleted": r.rows_deleted, "orphans_deleted": r.orphans_deleted,
             "partitions_dropped": r.partitions_dropped,
             "partitions_detached": r.partitions_detached, "duration": round(r.duration, 3), "error": r.error,
+            "pace": None if r.pace is None else {"duty": r.pace.duty, "reason": r.pace.reason,
+                                                 "slowdown": r.pace.slowdown, "text": r.pace.describe()},
             "units": [{"unit": u.unit, "action": u.action, "strategy": u.strategy, "status": u.status,
                        "rows_selected": u.rows_selected, "rows_deleted": u.rows_deleted, "error": u.error,
                        "duration": round(u.duration, 3)} for u in r.units]}
@@ -175,6 +177,8 @@ def _summary(results: list[TableResult]) -> None:
             continue
         notes = [r.error] if r.error else []
         notes += [f"{u.unit}: {u.status} ({u.error})" for u in r.units if u.status not in ("ok",) and u.error]
+        if r.pace is not None and (r.pace.duty < 1 or r.pace.reason == "blind"):  # the throttle had a say
+            notes.append(f"pace {r.pace.describe()}")
         style = STATUS_STYLE.get(r.status, "")
         table.add_row(r.table, f"[{style}]{r.status}[/]", f"{r.rows_deleted:,}", str(r.partitions_dropped),
                       str(r.partitions_detached), f"{r.duration:.2f}s", "; ".join(dict.fromkeys(notes)))
