@@ -6,12 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from pg_ttl.localserver import LocalServer
 
 ENGINE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
 
@@ -81,3 +85,19 @@ def ttl_table(conn: psycopg.Connection[Any], name: str, expired: int = 20, live:
     conn.execute(sql.SQL("INSERT INTO {} (created_at) SELECT now() FROM generate_series(1, %s)").format(ident),
                  (live,))
     conn.execute("SELECT ttl.enable(%s::regclass, expire_after => '1 day', column_name => 'created_at')", (name,))
+
+
+def standby_of(primary: LocalServer) -> LocalServer:
+    """A hot standby of ``primary``, streaming from it (pg_basebackup -R), started."""
+    base = Path(tempfile.mkdtemp(prefix="pg_ttl-standby-"))
+    standby = LocalServer(bindir=primary.bindir, base_dir=base, run_as=primary.run_as)
+    base.chmod(0o755)
+    standby.sockdir.mkdir()
+    for path in (base, standby.sockdir):
+        standby._chown(path)
+    cmd = standby._cmd(str(primary.bindir / "pg_basebackup"), "-D", str(standby.datadir), "-R", "-X", "stream",
+                       "--checkpoint=fast", "-h", "127.0.0.1", "-p", str(primary.port), "-U", primary.superuser)
+    subprocess.run(cmd, check=True, capture_output=True)
+    standby.settings = {"hot_standby": "on", "log_statement": "none"}
+    standby.start()
+    return standby

@@ -74,6 +74,17 @@ def test_a_busy_start_is_gentle_and_rests_follow_the_duty() -> None:
     assert quiet.duty == 1.0
 
 
+def test_a_replica_behind_its_limit_lowers_the_duty_whatever_the_sessions_show() -> None:
+    c = Controller(1.5)
+    c.replica_lag_limit, c.replica_lag = 1_000_000, 5_000_000
+    c.decide(now=100.0)  # nobody else at work: still slowed
+    assert (c.duty, c.reason) == (DECREASE, "replica_lag")
+    assert "4882 kB of WAL to replay" in c.state().describe()
+    c.replica_lag = 10_000  # caught up: the sessions decide again
+    c.decide(now=100.1)
+    assert (c.duty, c.reason) == (1.0, "idle")
+
+
 def test_old_reference_statements_age_out() -> None:
     c = Controller(1.5)
     _feed(c, 0.001, MIN_STATEMENTS, during_work=False, at=0.0)
@@ -234,3 +245,48 @@ def test_run_json_and_summary_say_the_pace(db: psycopg.Connection[Any], dsn: str
     pace = out["pace"]
     assert pace["duty"] < 1 and pace["reason"] in ("throttled", "healthy", "measuring"), pace
     assert pace["text"].startswith(f"{pace['duty']:.0%} (")
+
+
+@pytest.mark.slow
+def test_a_replica_behind_slows_the_engine_down() -> None:
+    """A real standby whose replay is paused: the WAL it has left to replay grows past
+    throttle_replica_lag, and the engine slows down for it, with nobody else at work."""
+    from pg_ttl import install
+    from pg_ttl.localserver import LocalServer
+    from tests.helpers import standby_of
+
+    primary = LocalServer(settings={"max_wal_senders": "4"})
+    primary.start()
+    standby = None
+    try:
+        dsn = primary.create_database("lagdb")
+        install.upgrade(dsn)
+        with psycopg.connect(dsn) as db:
+            _big_table(db)
+            db.execute("UPDATE ttl.settings SET value = '1MB' WHERE name = 'throttle_replica_lag'")
+            db.commit()
+        standby = standby_of(primary)
+        with psycopg.connect(dsn, autocommit=True) as db:
+            deadline = time.monotonic() + 30  # caught up first: the lag is the pass's own WAL
+            while db.execute("SELECT coalesce(bool_and(replay_lsn >= pg_current_wal_lsn()), false) "
+                             "FROM pg_stat_replication").fetchone() != (True,):
+                assert time.monotonic() < deadline, "the standby did not catch up"
+                time.sleep(0.1)
+        with psycopg.connect(standby.dsn("lagdb"), autocommit=True) as s:
+            s.execute("SELECT pg_wal_replay_pause()")
+        with Engine(dsn) as engine:
+            stop = threading.Event()
+            threading.Timer(3.0, stop.set).start()
+            [res] = engine.expire(["t"], stop=stop)
+            pace = engine.pace
+        assert pace.controller.slowed_down > 0, pace.state()
+        assert res.pace is not None and res.pace.reason == "replica_lag" and res.pace.duty < 0.5
+        assert res.pace.replica_lag is not None and res.pace.replica_lag > 1024 * 1024
+        assert "of WAL to replay" in res.pace.describe()
+        assert pace.rested > 0
+        with psycopg.connect(dsn) as db:  # what it did delete is gone, the rest waits for the next run
+            assert db.execute("SELECT count(*) FROM t").fetchone() == (ROWS + 1000 - res.rows_deleted,)
+    finally:
+        if standby is not None:
+            standby.cleanup()
+        primary.cleanup()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from psycopg import sql
 from pg_ttl import install
 from pg_ttl.localserver import LocalServer
 from pg_ttl.worker.schedule import latest_tick
+from tests.helpers import standby_of
 from tests.worker_proc import WorkerProcess, scrape, wait_until
 
 FAST = ("--poll-interval", "0.5", "--max-backoff", "1")
@@ -208,27 +208,12 @@ def test_server_restart_mid_run_resumes_the_round(own_server: LocalServer) -> No
         assert sum(r[1] for r in runs) == 6000
 
 
-def _standby_of(primary: LocalServer) -> LocalServer:
-    base = Path(tempfile.mkdtemp(prefix="pg_ttl-standby-"))
-    standby = LocalServer(bindir=primary.bindir, base_dir=base, run_as=primary.run_as)
-    base.chmod(0o755)
-    standby.sockdir.mkdir()
-    for path in (base, standby.sockdir):
-        standby._chown(path)
-    cmd = standby._cmd(str(primary.bindir / "pg_basebackup"), "-D", str(standby.datadir), "-R", "-X", "stream",
-                       "--checkpoint=fast", "-h", "127.0.0.1", "-p", str(primary.port), "-U", primary.superuser)
-    subprocess.run(cmd, check=True, capture_output=True)
-    standby.settings = {"hot_standby": "on", "log_statement": "none"}
-    standby.start()
-    return standby
-
-
 @pytest.mark.slow
 def test_standby_waits_and_never_deletes_until_promoted(own_server: LocalServer) -> None:
     dsn = _fresh_db(own_server, "standbydb")
     with psycopg.connect(dsn, autocommit=True) as conn:
         _ttl_table(conn, "ev", expired=7, live=3)
-    standby = _standby_of(own_server)
+    standby = standby_of(own_server)
     try:
         sdsn = standby.dsn("standbydb")
         with psycopg.connect(sdsn, autocommit=True) as s:

@@ -140,7 +140,10 @@ class Engine:
             if tables is not None:
                 relids = [*(relids or []), *resolve_tables(conn, tables, self._user_search_path)]
             row = conn.execute("SELECT now(), %s::timestamptz > now(), "
-                               "(SELECT pg_catalog.json_object_agg(s.name, s.value) FROM ttl.settings s)",
+                               "(SELECT pg_catalog.json_object_agg(s.name, s.value) FROM ttl.settings s), "
+                               # the size as PostgreSQL reads it ('256MB', '1 GB')
+                               "(SELECT pg_catalog.pg_size_bytes(s.value) FROM ttl.settings s "
+                               " WHERE s.name = 'throttle_replica_lag')",
                                (cutoff,)).fetchone()
             assert row is not None
             if row[1]:
@@ -148,7 +151,8 @@ class Engine:
             cutoff = cutoff or row[0]  # once per run, from the server clock
             assert cutoff is not None
             settings = self._apply_settings(EngineSettings.from_values(row[2] or {}))
-            self.pace.configure(settings.throttle, settings.throttle_target)
+            self.pace.configure(settings.throttle, settings.throttle_target,
+                                None if row[3] is None else int(row[3]))
             self.pace.stop = stop
             housekeeping = self._housekept_at is None or \
                 time.monotonic() - self._housekept_at >= self.HOUSEKEEPING_SECONDS

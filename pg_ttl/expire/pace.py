@@ -11,7 +11,9 @@ times slower (90th percentile), the engine works less of the time; while they
 are not, it works more (additive increase, multiplicative decrease, decided
 every ``DECIDE_SECONDS``). The pace is a duty cycle: after a transaction that
 took t seconds, the engine rests t * (1 / duty - 1), never inside a
-transaction. With no other session at work the duty is 1: full speed.
+transaction. With no other session at work the duty is 1: full speed. A
+replica that has more than ``throttle_replica_lag`` of WAL left to replay
+(``pg_stat_replication``) lowers the duty too, whatever the sessions show.
 
 Seeing other roles' sessions takes ``pg_read_all_stats`` (or superuser): a role
 without it sees only its own, and the pace says so (``blind``). The
@@ -41,7 +43,10 @@ SELECT pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()),
                  FILTER (WHERE a.state IN ('idle', 'idle in transaction', 'active')),
        pg_catalog.array_agg(a.state = 'active') FILTER (WHERE a.state IN ('idle', 'idle in transaction', 'active')),
        -- sessions in a database this role may not see (their state, and backend_type, read NULL)
-       pg_catalog.count(*) FILTER (WHERE a.state IS NULL AND a.datid IS NOT NULL)::int
+       pg_catalog.count(*) FILTER (WHERE a.state IS NULL AND a.datid IS NOT NULL)::int,
+       -- WAL the slowest replica has yet to replay (NULL: none, or not visible to this role)
+       (SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.replay_lsn))::int8
+          FROM pg_catalog.pg_stat_replication r)
   FROM pg_catalog.pg_stat_activity a
  WHERE (a.backend_type = 'client backend' OR a.backend_type IS NULL)
    AND a.pid <> pg_catalog.pg_backend_pid() AND a.pid <> %s
@@ -64,7 +69,7 @@ BASELINE_SIZE = 500
 FLOOR = 0.00005
 
 
-REASONS = ("off", "idle", "healthy", "throttled", "measuring", "blind", "unmeasured")
+REASONS = ("off", "idle", "healthy", "throttled", "replica_lag", "measuring", "blind", "unmeasured")
 
 
 @dataclass(frozen=True)
@@ -72,23 +77,35 @@ class PaceState:
     """The current pace: ``duty`` (share of the time the engine works, 0-1) and why."""
 
     duty: float
-    reason: str  # 'off' | 'idle' | 'healthy' | 'throttled' | 'measuring' | 'blind' | 'unmeasured'
+    reason: str  # one of REASONS
     slowdown: float | None = None  # the others' p90 while working / while resting, last measured
     detail: str | None = None
+    replica_lag: int | None = None  # bytes of WAL the slowest replica has yet to replay, last read
 
     def describe(self) -> str:
         text = {"off": "full speed: the throttle is off",
                 "idle": "full speed: no other session at work",
                 "healthy": "other sessions unaffected",
                 "throttled": "throttled: other sessions slower while expiring",
+                "replica_lag": "throttled: a replica is behind",
                 "measuring": "measuring the other sessions' latency",
                 "blind": "full speed: other roles' sessions are not visible (grant pg_read_all_stats)",
                 "unmeasured": "full speed: the throttle cannot sample"}[self.reason]
         if self.slowdown is not None and self.reason in ("healthy", "throttled"):
             text += f" ({self.slowdown:.1f}x)"
+        if self.replica_lag is not None and self.reason == "replica_lag":
+            text += f" ({_size(self.replica_lag)} of WAL to replay)"
         if self.detail:
             text += f": {self.detail}"
         return f"{self.duty:.0%} ({text})"
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 10240 or unit == "GB":
+            return f"{n} {unit}"
+        n //= 1024
+    return f"{n} GB"
 
 
 def _p90(values: list[float]) -> float:
@@ -101,6 +118,8 @@ class Controller:
 
     def __init__(self, target: float = 1.5) -> None:
         self.target = target
+        self.replica_lag: int | None = None  # bytes the slowest replica has yet to replay
+        self.replica_lag_limit: int | None = None  # above it, slow down whatever the sessions show
         self.duty = 1.0
         self.reason = "idle"
         self.slowdown: float | None = None
@@ -123,6 +142,12 @@ class Controller:
         """One decision from what was observed since the last one."""
         while self.baseline and self.baseline[0][0] < now - BASELINE_SECONDS:
             self.baseline.popleft()
+        if self.replica_lag is not None and self.replica_lag_limit is not None \
+                and self.replica_lag > self.replica_lag_limit:
+            # A replica falls behind: less WAL, whatever the sessions here show.
+            self.duty, self.reason = max(MIN_DUTY, self.duty * DECREASE), "replica_lag"
+            self.slowed_down += 1
+            return
         working, self.working = self.working, []
         if len(working) < MIN_STATEMENTS:
             if not working and not self.baseline:  # nobody else at work
@@ -153,7 +178,7 @@ class Controller:
         return min(MAX_REST, worked * (1.0 / self.duty - 1.0))
 
     def state(self) -> PaceState:
-        return PaceState(self.duty, self.reason, self.slowdown)
+        return PaceState(self.duty, self.reason, self.slowdown, replica_lag=self.replica_lag)
 
 
 class Pace:
@@ -178,6 +203,7 @@ class Pace:
         self._unit_started = 0.0
         self._busy_sessions = 0  # other sessions with a statement in the last BUSY_SECONDS, at the start
         self._hidden = 0
+        self._replica_lag: int | None = None
         self._offset = 0.0  # server clock - local clock
         self._decided = 0.0
         self._active = threading.Event()
@@ -191,9 +217,10 @@ class Pace:
 
     # -- the engine's side ---------------------------------------------------------
 
-    def configure(self, enabled: bool, target: float) -> None:
+    def configure(self, enabled: bool, target: float, replica_lag_limit: int | None = None) -> None:
         self.enabled = enabled
         self.controller.target = target
+        self.controller.replica_lag_limit = replica_lag_limit
         if not enabled:
             self.controller.duty, self.controller.reason = 1.0, "off"
 
@@ -314,7 +341,7 @@ class Pace:
         after = time.time()
         self.samples += 1
         assert row is not None
-        server_now, pids, starts, seconds, active, hidden = row
+        server_now, pids, starts, seconds, active, hidden, replica_lag = row
         self._offset = server_now - (before + after) / 2
         fresh: list[tuple[float, float]] = []
         seen: dict[int, float] = {}
@@ -344,6 +371,7 @@ class Pace:
         if first:
             self._busy_sessions = busy + len(running)
         with self._lock:
+            self._replica_lag = None if replica_lag is None else int(replica_lag)
             self._hidden = hidden
             self._observed.extend(fresh)
 
@@ -351,6 +379,7 @@ class Pace:
         """Hand the sampled statements to the controller, each as during work or at rest."""
         with self._lock:
             observed, self._observed = self._observed, []
+            self.controller.replica_lag = self._replica_lag
         current = self._working_since
         for start, secs in observed:
             during = (current is not None and start >= current) or \

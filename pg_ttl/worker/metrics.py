@@ -137,7 +137,8 @@ class WorkerMetrics:
                                    "the engine worked than while it rested (90th percentile), last measured",
                                    ["database"], registry=r)
         self.pace_reason = Gauge("pg_ttl_pace_reason", "1 for why the pace is what it is (off, idle, healthy, "
-                                 "throttled, measuring, blind, unmeasured)", ["database", "reason"], registry=r)
+                                 "throttled, replica_lag, measuring, blind, unmeasured)", ["database", "reason"],
+                                 registry=r)
         self.info = Gauge("pg_ttl_worker_info", "Worker identity", ["worker", "version"], registry=r)
         self.info.labels(worker_name, __version__).set(1)
         self.lag = LagCollector()
