@@ -29,11 +29,12 @@ def catalog_state(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
 
 def wait_for_engine_lock_wait(db: psycopg.Connection[Any], statement: str, seconds: float = 30) -> None:
     """Until the engine's session waits on a lock in a statement starting with ``statement``
-    (e.g. 'DELETE', 'DROP TABLE'); fails if it never does."""
+    (e.g. 'DELETE', 'DROP TABLE'), or with it inside a WITH (a unit's last range is deleted and
+    counted by one WITH statement); fails if it never does."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        waiting = db.execute(ENGINE_SESSIONS + " AND wait_event_type = 'Lock' AND query LIKE %s",
-                             (statement + "%",)).fetchone()
+        waiting = db.execute(ENGINE_SESSIONS + " AND wait_event_type = 'Lock' AND (query LIKE %s OR query LIKE %s)",
+                             (statement + "%", "WITH % AS (" + statement + "%")).fetchone()
         db.commit()
         if waiting and waiting[0]:
             return

@@ -114,6 +114,8 @@ class UnitContext:
     removed: str | None = None  # 'drop' | 'detach': a partition exported whole went (tiers/exports.py)
     lock_timeout: str | None = None  # the session's lock_timeout when rows.py changed it
     block_delete: dict[bool, str] = field(default_factory=dict)  # rows.py: DELETE by skip_locked
+    # (blocks now, reltuples, relpages) as read when the unit's strategy was chosen (rows.py)
+    size: tuple[int, float, int] | None = None
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

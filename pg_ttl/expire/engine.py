@@ -250,8 +250,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             pred = orphans.orphan_predicate(conn, policy, cutoff)
         else:
             pred = build_predicate(conn, policy, cutoff)
-        conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (pred.search_path,))
-        result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff)
+        result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff,
+                                          search_path=pred.search_path)
         if kind == "orphans":
             units = orphans.orphan_units(conn, policy)
         elif kind == "archive":
@@ -297,6 +297,8 @@ def _measure_oldest_left(conn: psycopg.Connection[Any], policy: EnginePolicy, pr
 
 
 STOPPED = "stopped: the pass was asked to stop before this unit; the next run does it"
+# Units whose work resumes from a checkpoint an interrupted run left (taken over as they begin).
+RESUMABLE = ("delete", "archive", "queue")
 
 
 def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, units: list[Unit],
@@ -334,10 +336,14 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     started = time.monotonic()
     res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
     # Claimed, or skipped with the reason recorded (sql/50_history.sql); a partition to
-    # drop or detach starts at once (no checkpoint to take over).
-    row = conn.execute("SELECT ttl._begin_unit(%s, %s, %s, %s, %s, %s, NULL, %s)",
-                       (ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
+    # drop or detach starts at once (no checkpoint to take over). Work that resumes takes
+    # over the checkpoint an interrupted run left, in the same statement, once claimed.
+    row = conn.execute("SELECT b.reason, CASE WHEN b.reason IS NULL AND %s THEN ttl.take_over_unit(%s, %s) END "
+                       "FROM ttl._begin_unit(%s, %s, %s, %s, %s, %s, NULL, %s) AS b(reason)",
+                       (unit.action in RESUMABLE, unit.relid, unit.action,
+                        ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
                         unit.action in ("drop", "detach"))).fetchone()
+    ctx.checkpoint = dict(row[1]) if row is not None and row[1] else None
     if row is not None and row[0] is not None:
         res.action, res.status, res.error = "skip", "skipped", str(row[0])
         res.duration = time.monotonic() - started
@@ -394,18 +400,25 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate_expired(ctx))
         res.status = orphans.delete_orphans(ctx)
     elif unit.action == "delete":
-        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
-        estimate = estimate_expired(ctx)
         resumed = (ctx.checkpoint or {}).get("strategy")
         # resume the way it was going (a checkpoint only makes sense to its own strategy)
-        res.strategy = str(resumed) if resumed in ("index", "ctid") else rows.choose_strategy(ctx, estimate)
+        try:
+            if resumed in ("index", "ctid"):
+                res.strategy, estimate = str(resumed), estimate_expired(ctx)
+            else:
+                res.strategy, estimate = rows.choose_strategy(ctx, lambda: estimate_expired(ctx))
+        except psycopg.Error:
+            # (a lock on the table, say) the unit is recorded, to be finished with what happened
+            if not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, ctx.checkpoint)
+            raise
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and policy.has_column_ttls:  # its expired column values, while still claimed
             columns.null_unit(ctx)
     elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
-        ctx.checkpoint = history.take_over(conn, unit.relid, unit.action)
         res.strategy = "ctid" if unit.action == "archive" else "queue"
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, None)

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 START_RUN = """
@@ -20,17 +21,17 @@ VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id
 
 
 def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str | None, cutoff: datetime,
-              status: str = "running", error: str | None = None) -> int:
-    row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error)).fetchone()
+              status: str = "running", error: str | None = None, search_path: str | None = None) -> int:
+    """The run's row; with ``search_path``, the session's search_path set to it by the same
+    statement (the run's statements that follow use the table's)."""
+    if search_path is None:
+        row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error)).fetchone()
+    else:
+        row = conn.execute(sql.SQL("WITH r AS ({}) SELECT r.run_id, pg_catalog.set_config('search_path', %s, false) "
+                                   "FROM r").format(sql.SQL(START_RUN)),
+                           (relid, table, worker, cutoff, status, error, search_path)).fetchone()
     assert row is not None
     return int(row[0])
-
-
-def take_over(conn: psycopg.Connection[Any], unit_relid: int, action: str = "delete") -> dict[str, Any] | None:
-    """Checkpoint an interrupted run left on this unit for this kind of work ('orphans'
-    or row deletion; we hold its claim), if any (sql/50_history.sql)."""
-    row = conn.execute("SELECT ttl.take_over_unit(%s, %s)", (unit_relid, action)).fetchone()
-    return dict(row[0]) if row and row[0] else None
 
 
 def close_dead_runs(conn: psycopg.Connection[Any]) -> None:

@@ -17,6 +17,8 @@ def min_expiry(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     if pred.column is None:
         assert policy.expression is not None
         return sql.SQL("min(({}))").format(sql.SQL(policy.expression))
+    if pred.min_expiry is not None:  # read with the predicate
+        return pred.min_expiry
     return expiry_of(conn, policy, sql.SQL("min({})").format(pred.column))
 
 

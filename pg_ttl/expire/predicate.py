@@ -28,7 +28,9 @@ SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.
        p.partition_action, p.detach_schema, c.relkind,
        p.value_ttls OR EXISTS (SELECT 1 FROM ttl.column_policy cp WHERE cp.relid = p.relid),
        EXISTS (SELECT 1 FROM ttl.tier s WHERE s.relid = p.relid),
-       EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid OR p.relid = ANY(o.parent_relids))
+       EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid OR p.relid = ANY(o.parent_relids)),
+       coalesce((SELECT CASE WHEN q.backfilled THEN 'filled' ELSE 'filling' END FROM ttl.queue q
+                  WHERE q.relid = p.relid), 'none')
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -63,6 +65,7 @@ class EnginePolicy:
     has_column_ttls: bool = True  # column TTLs, or a CQL-style table's value TTLs
     has_tiers: bool = True
     has_orphans: bool = True  # an orphan policy on the same table, or on a child of it
+    queue: str = "unknown"  # its expiration queue: 'none', 'filling', 'filled' (or not read: 'unknown')
 
     @property
     def name(self) -> str:
@@ -94,6 +97,9 @@ class Predicate:
     # Row expiry (the table's TTL policy): its ctid ranges are deleted by
     # ttl.delete_rows_sql's statement; orphans (sql/80_orphans.sql) by the condition above.
     row_expiry: bool = True
+    # min(<expiry of the TTL column>) over a table's rows (column policies), read with the
+    # predicate for the lag measured at the run's end (oldest.py)
+    min_expiry: sql.Composable | None = None
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""
@@ -112,9 +118,14 @@ def expiry_of(conn: psycopg.Connection[Any], policy: EnginePolicy, term: sql.Com
 
 
 def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
-    row = conn.execute("SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s) "
+    # (the column's min() is a parameter value: a '%' in its name is no placeholder)
+    term = None if policy.column is None else sql.SQL("min({})").format(sql.Identifier(policy.column)).as_string(conn)
+    row = conn.execute("SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s), "
+                       "CASE WHEN %(term)s::text IS NOT NULL "
+                       "     THEN ttl._expiry_sql(%(typ)s::oid::regtype, %(unit)s, %(after)s::interval, %(term)s) END "
                        "FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e",
-                       {"relid": policy.relid, "cutoff": cutoff}).fetchone()
+                       {"relid": policy.relid, "cutoff": cutoff, "term": term, "typ": policy.typid,
+                        "unit": policy.unit, "after": policy.expire_after_text}).fetchone()
     if row is None or row[0] is None:
         raise LookupError(f"table {policy.name} has no TTL policy any more")
     expired, bound, search_path = sql.SQL(row[0]), (sql.SQL(row[1]) if row[1] else None), str(row[2])
@@ -122,4 +133,5 @@ def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff:
         return Predicate(cutoff, expired, None, None, None, search_path)
     assert policy.column is not None and policy.typname is not None
     return Predicate(cutoff, expired, bound, sql.Identifier(policy.column),
-                     sql.Identifier("pg_catalog", policy.typname), search_path)
+                     sql.Identifier("pg_catalog", policy.typname), search_path,
+                     min_expiry=sql.SQL(row[3]) if row[3] else None)

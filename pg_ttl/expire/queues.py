@@ -63,6 +63,8 @@ def fill(conn: psycopg.Connection[Any], policy: EnginePolicy, stopping: Any) -> 
     """Add the table's existing rows to its queue until it is filled (one short
     transaction per batch); False when the table has no queue or it is not filled yet
     (stopped meanwhile)."""
+    if policy.queue in ("none", "filled"):  # as read with the policy, at the pass's start
+        return policy.queue == "filled"
     row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
     if row is None:
         return False
@@ -73,11 +75,15 @@ def fill(conn: psycopg.Connection[Any], policy: EnginePolicy, stopping: Any) -> 
         row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
         if row is None or (n is not None and n[0] == 0 and not row[0]):
             return False
+    policy.queue = "filled"
     return True
 
 
 def filled(conn: psycopg.Connection[Any], policy: EnginePolicy) -> bool:
-    """Has the table a queue, filled with its existing rows?"""
+    """Has the table a queue, filled with its existing rows? (As read with the policy when it
+    was read so; a queue being filled is asked again.)"""
+    if policy.queue in ("none", "filled"):
+        return policy.queue == "filled"
     row = conn.execute("SELECT backfilled FROM ttl.queue WHERE relid = %s", (policy.relid,)).fetchone()
     return bool(row and row[0])
 

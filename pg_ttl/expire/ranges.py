@@ -238,10 +238,13 @@ def ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
     count candidates first) would double the cost of a raw DELETE.
     """
     policy = ctx.policy
-    row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-    if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
-        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
-    nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
+    if ctx.size is not None:  # read a moment ago, as the unit's strategy was chosen
+        nblocks, reltuples, relpages = ctx.size
+    else:
+        row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
+        if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
+            raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
+        nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
     per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
     batch_blocks = max(1, math.ceil(policy.select_batch_size / per_block))
     cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "ctid" else None

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
@@ -37,25 +37,33 @@ from psycopg.types.json import Jsonb
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.ranges import Chunk, ctid_batches, execute, index_batches, set_lock_timeout
 
-TTL_INDEX = """
-SELECT ic.relname FROM pg_catalog.pg_index i
-  JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-  JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
- WHERE i.indrelid = %s AND i.indisvalid AND i.indisready AND i.indpred IS NULL
-   AND am.amname = 'btree' AND a.attname = %s
- LIMIT 1
-"""
-# pg_stats (not pg_statistic: the owner may read only the view) by constant names, so its
-# indexes find the one row: joined to pg_class instead, it read every partition's statistics
-# (11 ms a call at 1,000 partitions, 0.3 ms this way).
-STATS = """
-SELECT c.reltuples,
-       (SELECT s.correlation FROM pg_catalog.pg_stats s
-         WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = %(column)s)
+# The unit's size (pg_relation_size: blocks now; reltuples and relpages: as of the last
+# ANALYZE), its btree on the TTL column if any, that column's correlation, and (row expiry)
+# the statement that deletes a ctid range of it (ttl.delete_rows_sql). pg_stats (not
+# pg_statistic: the owner may read only the view) by constant names, so its indexes find the
+# one row: joined to pg_class instead, it read every partition's statistics (11 ms a call at
+# 1,000 partitions, 0.3 ms this way).
+UNIT_CATALOG = """
+SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8, c.reltuples, c.relpages,
+       ix.relname,
+       CASE WHEN ix.relname IS NOT NULL THEN
+            (SELECT s.correlation FROM pg_catalog.pg_stats s
+              WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = %(column)s) END,
+       CASE WHEN %(row_expiry)s THEN ttl.delete_rows_sql(%(policy)s::oid::regclass, c.oid::regclass, %(cutoff)s) END
   FROM pg_catalog.pg_class c
+  LEFT JOIN LATERAL (
+       SELECT ic.relname FROM pg_catalog.pg_index i
+         JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+         JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        WHERE i.indrelid = c.oid AND i.indisvalid AND i.indisready AND i.indpred IS NULL
+          AND am.amname = 'btree' AND a.attname = %(column)s
+        LIMIT 1) ix ON true
  WHERE c.oid = %(relid)s
 """
+# A unit this small without a btree on the TTL column is swept in one ctid range at once:
+# the planner's estimate of its expired rows (for progress bars) is not read.
+SMALL_UNIT_BLOCKS = 8
 ACCOUNT_GROUP = """
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected = rows_selected + %(selected)s,
        checkpoint = %(checkpoint)s
@@ -89,24 +97,33 @@ INDEX_MAX_SHARE_CORRELATED = 0.20
 CORRELATED = 0.9
 
 
-def choose_strategy(ctx: UnitContext, expired_estimate: int | None) -> str:
+def choose_strategy(ctx: UnitContext, estimate: Callable[[], int | None]) -> tuple[str, int | None]:
     """``index`` (key ranges over a btree on the TTL column) when it touches few heap
     pages, else ``ctid`` (block ranges, one sequential sweep); the ``row_strategy``
-    setting can force either."""
-    if ctx.pred.column is None or ctx.policy.column is None or ctx.settings.row_strategy == "ctid":
-        return "ctid"
-    if ctx.conn.execute(TTL_INDEX, (ctx.unit.relid, ctx.policy.column)).fetchone() is None:
-        return "ctid"
-    if ctx.settings.row_strategy == "index":
-        return "index"
-    row = ctx.conn.execute(STATS, {"schema": ctx.unit.schema, "table": ctx.unit.relname,
-                                   "column": ctx.policy.column, "relid": ctx.unit.relid}).fetchone()
-    reltuples, correlation = (float(row[0]), row[1]) if row else (-1.0, None)
-    if reltuples <= 0 or expired_estimate is None:
-        return "index"  # never analyzed: no reason to think it is dense
-    share = expired_estimate / reltuples
+    setting can force either. With the planner's estimate of the expired rows when it was
+    read (``estimate``; not for a small unit swept anyway). Keeps the unit's size for its
+    sweep."""
+    row = ctx.conn.execute(UNIT_CATALOG, {"schema": ctx.unit.schema, "table": ctx.unit.relname,
+                                          "column": ctx.policy.column if ctx.pred.column is not None else None,
+                                          "relid": ctx.unit.relid, "row_expiry": ctx.pred.row_expiry,
+                                          "policy": ctx.policy.relid, "cutoff": ctx.pred.cutoff}).fetchone()
+    if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
+        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
+    nblocks, reltuples, relpages, index, correlation = int(row[0]), float(row[1]), int(row[2]), row[3], row[4]
+    ctx.size = (nblocks, reltuples, relpages)
+    if row[5] is not None:
+        ctx.block_delete[False] = row[5]
+    forced = ctx.settings.row_strategy
+    if index is None or forced == "ctid":
+        return "ctid", (None if nblocks <= SMALL_UNIT_BLOCKS else estimate())
+    expired = estimate()
+    if forced == "index":
+        return "index", expired
+    if reltuples <= 0 or expired is None:
+        return "index", expired  # never analyzed: no reason to think it is dense
+    share = expired / reltuples
     correlated = correlation is not None and abs(float(correlation)) >= CORRELATED
-    return "index" if share <= (INDEX_MAX_SHARE_CORRELATED if correlated else INDEX_MAX_SHARE) else "ctid"
+    return ("index" if share <= (INDEX_MAX_SHARE_CORRELATED if correlated else INDEX_MAX_SHARE) else "ctid"), expired
 
 
 def delete_rows(ctx: UnitContext, strategy: str) -> str:
@@ -133,6 +150,18 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
     transaction, so waits fall between transactions at chunk granularity."""
     current = next(chunks, None)
     while current is not None and not ctx.stopping():
+        if _last_range(ctx, current):
+            # The unit's last range, alone: deleted and counted by one statement (a small
+            # table's whole run: no BEGIN, accounting UPDATE and COMMIT of their own).
+            try:
+                n = _delete_last_range(ctx, current)
+            except (errors.LockNotAvailable, errors.SerializationFailure) as exc:
+                _delete_chunk(ctx, current, skip_locked=isinstance(exc, errors.LockNotAvailable))
+            else:
+                ctx.deleted += n
+                _counted(ctx, current, n)
+            current = next(chunks, None)
+            continue
         group: list[tuple[Chunk, int]] = []
         started = time.monotonic()
         try:
@@ -185,6 +214,31 @@ def _delete_plain(ctx: UnitContext, chunk: Chunk) -> int:
     stmt = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired}").format(
         t=ctx.unit.ident, where=chunk.where, expired=ctx.pred.expired)
     return execute(ctx, stmt, reraise_lock=True).rowcount
+
+
+def _last_range(ctx: UnitContext, chunk: Chunk) -> bool:
+    """A ctid range of row expiry that ends the unit's sweep."""
+    return chunk.blocks is not None and ctx.pred.row_expiry and chunk.blocks[1] >= int(chunk.checkpoint["end"])
+
+
+def _delete_last_range(ctx: UnitContext, chunk: Chunk) -> int:
+    """The range by the database's statement (``_delete_blocks``) and the unit's counters and
+    checkpoint, in one statement; its $1/$2 are the range's bounds (a raw cursor)."""
+    assert chunk.blocks is not None
+    if False not in ctx.block_delete:
+        row = ctx.conn.execute(DELETE_ROWS_SQL, (ctx.policy.relid, ctx.unit.relid, ctx.pred.cutoff,
+                                                 False)).fetchone()
+        assert row is not None
+        ctx.block_delete[False] = row[0]
+    # The DELETE's text is the database's own (ttl.delete_rows_sql): names quoted there.
+    statement = (f"WITH d AS ({ctx.block_delete[False]} RETURNING 1) "
+                 "UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),"
+                 " rows_selected = rows_selected + (SELECT count(*) FROM d), checkpoint = $3::jsonb"
+                 " WHERE run_id = $4 AND unit_relid = $5::oid RETURNING (SELECT count(*) FROM d)")
+    row = execute(ctx, statement, reraise_lock=True,
+                  raw_params=(f"({chunk.blocks[0]},0)", f"({chunk.blocks[1]},0)", Jsonb(chunk.checkpoint),
+                              ctx.run_id, ctx.unit.relid)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _account_group(ctx: UnitContext, group: list[tuple[Chunk, int]]) -> None:
