@@ -379,13 +379,20 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     finally:
         if pace is not None:
             pace.unit_ended()
-        if not conn.broken and not ended:
+        if not conn.broken:
             # While another error escapes, a refused statement here must not replace it.
             with contextlib.suppress(*((psycopg.Error,) if escaping is not None else ())):
-                # a unit that got as far as starting is finished with its status; one
-                # that failed before starting has no row to finish (an UPDATE of nothing)
-                conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true)",
-                             (ctx.run_id, unit.relid, res.status, res.error))
+                # Back to lock_timeout if the unit left row_lock_timeout on (rows.py), with
+                # the unit's end: a unit that got as far as starting is finished with its
+                # status; one that failed before starting has no row to finish (an UPDATE of nothing).
+                restore = ctx.lock_timeout not in (None, ctx.settings.lock_timeout)
+                if not ended:
+                    conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true), CASE WHEN %s "
+                                 "THEN pg_catalog.set_config('lock_timeout', %s, false) END",
+                                 (ctx.run_id, unit.relid, res.status, res.error, restore, ctx.settings.lock_timeout))
+                elif restore:
+                    ranges.set_lock_timeout(ctx, ctx.settings.lock_timeout)
+                ctx.lock_timeout = ctx.settings.lock_timeout
         res.rows_selected, res.rows_deleted, res.values_nulled = ctx.selected, ctx.deleted, ctx.values_nulled
         res.duration = time.monotonic() - started
     return res
@@ -413,10 +420,16 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
                 with contextlib.suppress(psycopg.Error):
                     history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, ctx.checkpoint)
             raise
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
+        # A fresh ctid sweep deletes at once: it runs under row_lock_timeout from here (rows.py).
+        sweep_now = res.strategy == "ctid" and ctx.size is not None
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint,
+                           lock_timeout=ctx.settings.row_lock_timeout if sweep_now else None)
+        if sweep_now:
+            ctx.lock_timeout = ctx.settings.row_lock_timeout
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and policy.has_column_ttls:  # its expired column values, while still claimed
+            ranges.set_lock_timeout(ctx, ctx.settings.lock_timeout)
             columns.null_unit(ctx)
     elif unit.action in ("archive", "queue"):  # rows moved to storage (tiers); a queue shard drained
         res.strategy = "ctid" if unit.action == "archive" else "queue"

@@ -40,10 +40,15 @@ def close_dead_runs(conn: psycopg.Connection[Any]) -> None:
 
 
 def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, action: str,
-               strategy: str | None, checkpoint: dict[str, Any] | None) -> None:
-    """The unit's history row, resuming from ``checkpoint`` (sql/50_history.sql)."""
+               strategy: str | None, checkpoint: dict[str, Any] | None, lock_timeout: str | None = None) -> None:
+    """The unit's history row, resuming from ``checkpoint`` (sql/50_history.sql); with
+    ``lock_timeout``, the session's set to it by the same statement."""
     cp = Jsonb(checkpoint) if checkpoint is not None else None
-    conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
+    if lock_timeout is None:
+        conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
+    else:
+        conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s), pg_catalog.set_config('lock_timeout', %s, false)",
+                     (run_id, unit_relid, name, action, strategy, cp, lock_timeout))
 
 
 def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, reason: str) -> None:

@@ -127,18 +127,15 @@ def choose_strategy(ctx: UnitContext, estimate: Callable[[], int | None]) -> tup
 
 
 def delete_rows(ctx: UnitContext, strategy: str) -> str:
-    """Delete the unit's expired rows; returns 'ok' or 'partial' (stopped); raises UnitTimeout."""
-    batches = index_batches(ctx) if strategy == "index" else ctid_batches(ctx)
-    try:
-        for chunks in batches:
-            # Phase 2 runs under the short row_lock_timeout (a session setting);
-            # phase 1 and everything else under lock_timeout.
-            set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
-            _delete_batch(ctx, iter(chunks))
-            if ctx.stopping():
-                return "partial"
-    finally:
-        set_lock_timeout(ctx, ctx.settings.lock_timeout)
+    """Delete the unit's expired rows; returns 'ok' or 'partial' (stopped); raises UnitTimeout.
+    Phase 2 runs under the short row_lock_timeout (a session setting), phase 1 under
+    lock_timeout; the session is left as phase 2 left it: the unit's end sets lock_timeout
+    back (engine.run_unit), with the statement that ends it."""
+    for chunks in index_batches(ctx) if strategy == "index" else ctid_batches(ctx):
+        set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
+        _delete_batch(ctx, iter(chunks))
+        if ctx.stopping():
+            return "partial"
     return "ok"
 
 
