@@ -290,3 +290,30 @@ def test_a_replica_behind_slows_the_engine_down() -> None:
         if standby is not None:
             standby.cleanup()
         primary.cleanup()
+
+
+def test_a_sampler_whose_session_ended_is_opened_again(db: psycopg.Connection[Any], dsn: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """idle_session_timeout or an administrator may end the sampler's session between passes:
+    the next pass opens another (here at once; RETRY_SECONDS apart otherwise)."""
+    from pg_ttl.expire import pace as pace_module
+
+    monkeypatch.setattr(pace_module, "RETRY_SECONDS", 0.0)
+    _big_table(db, "t", rows=300_000)
+    _big_table(db, "t2", rows=300_000)
+    sampler = "SELECT pid FROM pg_stat_activity WHERE application_name = 'pg-ttl pace'"
+    with Engine(dsn) as engine:
+        engine.expire(["t"])
+        first = db.execute(sampler).fetchall()
+        db.commit()
+        assert len(first) == 1 and engine.pace.samples > 0
+        db.execute("SELECT pg_terminate_backend(%s)", first[0])
+        db.commit()
+        before = engine.pace.samples
+        [res] = engine.expire(["t2"])
+        second = db.execute(sampler).fetchall()
+        db.commit()
+    assert res.status == "ok" and res.rows_deleted == 300_000
+    assert len(second) == 1 and second != first
+    assert engine.pace.samples > before
+    assert res.pace is not None and res.pace.reason == "idle", res.pace

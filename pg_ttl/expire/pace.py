@@ -56,6 +56,7 @@ SELECT pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()),
 SAMPLE_SECONDS = 0.02
 WARMUP_SECONDS = 0.1  # a unit paced (and sampled) once it has worked this long
 BUSY_SECONDS = 0.1
+RETRY_SECONDS = 10.0  # a sampler that failed is opened again after this long
 DECIDE_SECONDS = 0.1
 MIN_DUTY = 0.02
 START_DUTY = 0.1  # when other sessions are busy as the engine starts: start gently, speed up
@@ -211,6 +212,7 @@ class Pace:
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._error: str | None = None
+        self._failed_at = 0.0
         self.stop = stop
         self.rested = 0.0  # seconds rested in all
         self.samples = 0  # pg_stat_activity reads
@@ -228,7 +230,7 @@ class Pace:
         if not self.enabled:
             return
         self._unit_started = self._working_since = time.time()
-        if self._thread is not None:
+        if self._sampling():
             self._active.set()
 
     def unit_ended(self) -> None:
@@ -236,7 +238,7 @@ class Pace:
             now = time.time()
             self._add_work(self._working_since, now)
             self._working_since = None
-            if self._thread is not None:  # what the unit's last moments showed
+            if self._sampling():  # what the unit's last moments showed
                 self._drain(now)
                 self.controller.decide(now, blind=self._hidden > 0)
                 self._decided = now
@@ -254,13 +256,15 @@ class Pace:
         now = time.time()
         worked = now - self._working_since
         self._add_work(self._working_since, now)
-        if self._thread is None:
+        if not self._sampling():
             # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling.
-            if self._error is not None or now - self._unit_started < WARMUP_SECONDS:
+            # A sampler that failed (its session ended, say) is opened again, not at once.
+            if now - self._unit_started < WARMUP_SECONDS or \
+                    (self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS):
                 self._working_since = now
                 return
             self._start_sampler()
-            if self._thread is None:
+            if not self._sampling():
                 self._working_since = now
                 return
             self.controller.start(self._busy_sessions >= 2)
@@ -307,17 +311,26 @@ class Pace:
 
     # -- the sampler ---------------------------------------------------------------
 
+    def _sampling(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _failed(self, exc: psycopg.Error) -> None:
+        """The engine goes on at full speed; the state says why until the sampler is back."""
+        self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._failed_at = time.monotonic()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     def _start_sampler(self) -> None:
         try:
             self._conn = psycopg.connect(self._dsn, autocommit=True, application_name="pg-ttl pace")
             self._conn.execute("SELECT pg_catalog.set_config('statement_timeout', '1s', false)")
             self._sample(first=True)  # what the others did just before: the first reference
         except psycopg.Error as exc:
-            self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._failed(exc)
             return
+        self._error = None
         self._thread = threading.Thread(target=self._run, name="pg-ttl pace", daemon=True)
         self._thread.start()
 
@@ -329,8 +342,8 @@ class Pace:
                 break
             try:
                 self._sample(first=False)
-            except psycopg.Error as exc:  # the engine goes on at full speed; the state says why
-                self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            except psycopg.Error as exc:
+                self._failed(exc)
                 return
             self._closed.wait(SAMPLE_SECONDS)
 
