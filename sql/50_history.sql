@@ -303,3 +303,62 @@ BEGIN
                                        WHERE u.run_id = run AND u.unit_relid = unit));
 END
 $fn$;
+
+-- Several expired partitions of one table dropped by one DROP TABLE, in one
+-- statement: each claimed and recorded as ttl._begin_unit does (or skipped, with
+-- the reason), the claimed ones dropped together under the engine's timeouts, then
+-- each ended. Returns one row per unit: reason NULL when dropped, the reason when
+-- skipped, 'retry' when the DROP failed (a lock, a partition gone meanwhile): then
+-- nothing of the batch is recorded or held, and the engine drops those one by one
+-- (pg_ttl/expire/partitions.py). Runs with the caller's rights (the table's owner).
+CREATE OR REPLACE FUNCTION ttl._drop_units(run bigint, tbl oid, units oid[], unit_names text[],
+                                           run_cutoff timestamptz, lock_t text, statement_t text,
+                                           caller_search_path text)
+RETURNS TABLE (unit oid, reason text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    claimed oid[] := '{}';
+    targets text[] := '{}';
+    skip text;
+    u oid;
+BEGIN
+    PERFORM set_config('lock_timeout', lock_t, true), set_config('statement_timeout', statement_t, true);
+    FOR i IN 1 .. cardinality(units) LOOP
+        skip := ttl._begin_unit(run, tbl, units[i], unit_names[i], 'drop', run_cutoff, NULL, true);
+        IF skip IS NULL THEN
+            claimed := claimed || units[i];
+            targets := targets || (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+                                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = units[i]);
+        ELSE
+            unit := units[i]; reason := skip;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    IF cardinality(claimed) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        -- The DROP (and the event triggers it fires) sees the search_path it sees when the
+        -- engine drops a partition on its own: the table's (pg_catalog first).
+        PERFORM set_config('search_path', caller_search_path, true);
+        EXECUTE 'DROP TABLE ' || array_to_string(targets, ', ');
+        PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    EXCEPTION WHEN OTHERS THEN
+        -- Undo this batch's records and claims: the engine takes these one by one.
+        DELETE FROM ttl.run_unit r WHERE r.run_id = run AND r.unit_relid = ANY(claimed);
+        FOREACH u IN ARRAY claimed LOOP
+            PERFORM ttl._release_claim(u, false);
+            unit := u; reason := 'retry';
+            RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END;
+    FOREACH u IN ARRAY claimed LOOP
+        PERFORM ttl._end_unit(run, u, 'ok', NULL, true);
+        unit := u; reason := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;

@@ -324,3 +324,46 @@ def test_months_reach_across_a_lower_bound_off_midnight(db: psycopg.Connection[A
     [res] = expire(dsn, cutoff=datetime(2026, 4, 30, 12, 0, tzinfo=UTC))
     assert [(u.unit, u.rows_deleted) for u in res.units] == [("mo_a", 1)]
     assert db.execute("SELECT id FROM mo").fetchall() == [(2,)]
+
+
+def test_expired_partitions_go_in_batches_and_one_another_run_holds_is_left(
+        db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
+    """40 expired daily partitions: dropped by DROP TABLE statements of at most DROP_BATCH
+    partitions (each claimed and recorded on its own), except the one another session holds
+    claimed, which is recorded as skipped and stays."""
+    from pg_ttl.expire.partitions import DROP_BATCH
+
+    db.execute("CREATE TABLE many (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    for d in range(41):
+        db.execute(f"CREATE TABLE many_{d:02d} PARTITION OF many FOR VALUES FROM "
+                   f"(timestamptz '2026-01-01 00:00+00' + interval '{d} days') TO "
+                   f"(timestamptz '2026-01-01 00:00+00' + interval '{d + 1} days')")
+    db.execute("INSERT INTO many SELECT d * 10 + g, timestamptz '2026-01-01 12:00+00' + d * interval '1 day'"
+               " FROM generate_series(0, 40) d, generate_series(1, 3) g")
+    db.execute("SELECT ttl.enable('many', expire_after => '1 day', column_name => 'ts')")
+    db.execute("CREATE TABLE drops (n int)")
+    db.execute("CREATE FUNCTION count_drops() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " INSERT INTO drops SELECT count(*) FROM pg_event_trigger_dropped_objects()"
+               "  WHERE object_type = 'table'; END $$")
+    db.execute("CREATE EVENT TRIGGER count_drops ON sql_drop WHEN TAG IN ('DROP TABLE') EXECUTE FUNCTION count_drops()")
+    db.commit()
+    other = connect()  # another run's claim on many_07
+    other.execute("SELECT pg_advisory_lock(ttl._claim_key('many_07'::regclass::oid))")
+    cutoff = datetime(2026, 2, 11, tzinfo=UTC)  # many_00 .. many_39 expired whole, many_40 not
+    [res] = expire(dsn, ["many"], cutoff=cutoff)
+    units = {u.unit: u for u in res.units}
+    assert res.partitions_dropped == 39
+    assert units["many_07"].action == "skip" and "busy" in (units["many_07"].error or "")
+    left = {r[0] for r in db.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                                     " WHERE i.inhparent = 'many'::regclass").fetchall()}
+    assert left == {"many_07", "many_40"}
+    sizes = [r[0] for r in db.execute("SELECT n FROM drops").fetchall()]
+    assert sum(sizes) == 39 and max(sizes) <= DROP_BATCH and len(sizes) < 39, sizes
+    recorded = {r[0]: (r[1], r[2]) for r in db.execute(
+        "SELECT u.unit_name, u.action, u.status FROM ttl.run_unit u WHERE u.run_id = %s", (res.run_id,)).fetchall()}
+    assert recorded["many_07"] == ("skip", "skipped")
+    assert sum(r == ("drop", "ok") for r in recorded.values()) == 39
+    db.commit()
+    other.execute("SELECT pg_advisory_unlock(ttl._claim_key('many_07'::regclass::oid))")
+    [res] = expire(dsn, ["many"], cutoff=cutoff)
+    assert res.partitions_dropped == 1

@@ -134,7 +134,10 @@ def test_engine_session_lost_is_reopened_by_the_worker(dsn: str, connect: Any, c
             results = super().expire(*args, **kwargs)
             if KillsItself.kills == 0:  # after the first table, the session is terminated
                 KillsItself.kills += 1
-                conn.execute("SELECT pg_catalog.pg_terminate_backend(%s)", (self.conn.info.backend_pid,))
+                pid = self.conn.info.backend_pid
+                # pg_terminate_backend only signals: wait until the session is gone, as it is
+                # when it ended while idle (else the worker's check could still find it alive)
+                conn.execute("SELECT pg_catalog.pg_terminate_backend(%s, 10000)", (pid,))
             return results
 
     cfg = config_mod.load({"dsns": [dsn], "allow_superuser": True, "name": "w-reopen"}, environ={})

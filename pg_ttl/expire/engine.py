@@ -309,14 +309,39 @@ def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     select_limiter = RateLimiter(policy.select_rate_limit, stop)
     delete_limiter = RateLimiter(policy.delete_rate_limit, stop, pace)
     stopped_before: Unit | None = None
-    for unit in units:
-        if stop is not None and stop.is_set():
-            stopped_before = unit
-            break
+
+    def one(unit: Unit) -> None:
         ctx = UnitContext(conn, policy, pred, unit, run_id, settings, progress, select_limiter, delete_limiter, stop)
         unit_result = run_unit(ctx)
         result.add(unit_result)
         progress.unit_finished(unit_result)
+
+    i = 0
+    while i < len(units):
+        if stop is not None and stop.is_set():
+            stopped_before = units[i]
+            break
+        batch = [units[i]]
+        while partitions.droppable_together(batch[0]) and len(batch) < partitions.DROP_BATCH \
+                and i + len(batch) < len(units) and partitions.droppable_together(units[i + len(batch)]):
+            batch.append(units[i + len(batch)])
+        i += len(batch)
+        if len(batch) == 1:
+            one(batch[0])
+            continue
+        started = time.monotonic()
+        outcome = partitions.drop_together(conn, policy.relid, run_id, batch, pred.cutoff, settings)
+        each = (time.monotonic() - started) / len(batch)
+        for unit in batch:
+            reason = outcome.get(unit.relid, "retry")
+            if reason == "retry":
+                one(unit)
+                continue
+            progress.unit_started(policy.name, unit.name, unit.action, None)
+            unit_result = UnitResult(policy.name, unit.name, "drop" if reason is None else "skip", 0, 0,
+                                     "ok" if reason is None else "skipped", reason, each, relid=unit.relid)
+            result.add(unit_result)
+            progress.unit_finished(unit_result)
     if stopped_before is not None and not result.units:
         # Stopped before its first unit: no unit to judge the run from.
         result.status = history.finish_run(conn, run_id, "partial")

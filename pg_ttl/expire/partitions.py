@@ -15,9 +15,28 @@ name as a placeholder (parameters go in statements of their own).
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
+import psycopg
 from psycopg import errors, sql
 
-from pg_ttl.expire.context import UnitContext
+from pg_ttl.expire.context import EngineSettings, UnitContext
+from pg_ttl.expire.units import Unit
+
+# Expired partitions dropped by one DROP TABLE (ttl._drop_units): a claim and a history row
+# each, but one statement for all. Dropping a partition locks its parent (ACCESS EXCLUSIVE)
+# until the transaction ends: a batch keeps that to a few milliseconds.
+DROP_BATCH = 16
+# The claims a batch that failed before its DROP still holds (session advisory locks
+# outlive the transaction), released.
+RELEASE_BATCH = """
+SELECT pg_catalog.pg_advisory_unlock(s.k)
+  FROM (SELECT ttl._claim_key(u) AS k FROM pg_catalog.unnest(%s::oid[]) AS u) s
+ WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1
+                  AND l.mode = 'ExclusiveLock' AND ((l.classid::int8 << 32) | l.objid::int8) = s.k)
+"""
 
 
 def _timeouts(ctx: UnitContext) -> None:
@@ -63,6 +82,28 @@ def drop_partition(ctx: UnitContext) -> None:
         if not ctx.unit.recheck:
             raise
         raise _kept(ctx, exc) from None
+
+
+def droppable_together(unit: Unit) -> bool:
+    """A partition dropped without a second look (not one judged by the writes it received)."""
+    return unit.action == "drop" and not unit.recheck
+
+
+def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units: list[Unit], cutoff: datetime,
+                  settings: EngineSettings) -> dict[int, str | None]:
+    """Claim, record and drop ``units`` with one statement (ttl._drop_units). Per unit: None
+    (dropped), the reason it was skipped, or 'retry' (nothing done: drop it on its own)."""
+    try:
+        rows = conn.execute("SELECT unit, reason FROM ttl._drop_units(%s, %s, %s, %s, %s, %s, %s, "
+                            "pg_catalog.current_setting('search_path'))",
+                            (run_id, table, [u.relid for u in units], [u.name for u in units], cutoff,
+                             settings.lock_timeout, settings.statement_timeout)).fetchall()
+    except psycopg.Error:
+        if conn.broken:
+            raise
+        conn.execute(RELEASE_BATCH, ([u.relid for u in units],))
+        return {u.relid: "retry" for u in units}
+    return {int(unit): reason for unit, reason in rows}
 
 
 def detach_partition(ctx: UnitContext) -> str:
