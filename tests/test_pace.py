@@ -317,3 +317,29 @@ def test_a_sampler_whose_session_ended_is_opened_again(db: psycopg.Connection[An
     assert len(second) == 1 and second != first
     assert engine.pace.samples > before
     assert res.pace is not None and res.pace.reason == "idle", res.pace
+
+
+def test_a_slowed_pace_does_not_hold_small_tables_or_outlive_its_reasons(db: psycopg.Connection[Any],
+                                                                         dsn: str) -> None:
+    """After a pass the throttle slowed, a small table (done within the first 0.1 s) rests not at
+    all; a pace decided long ago is not applied to the next pass."""
+    _big_table(db, "t", rows=300_000)
+    ttl_small = "CREATE TABLE s (id int PRIMARY KEY, created_at timestamptz NOT NULL)"
+    db.execute(ttl_small)
+    db.execute("INSERT INTO s SELECT g, now() - interval '3 days' FROM generate_series(1, 50) g")
+    db.execute("SELECT ttl.enable('s', expire_after => '1 day', column_name => 'created_at')")
+    db.commit()
+    with Engine(dsn) as engine:
+        engine.expire(["t"])  # long enough to start the sampler
+        assert engine.pace.samples > 0
+        engine.pace.controller.duty, engine.pace.controller.reason = 0.05, "throttled"
+        engine.pace._decided = time.time()  # as if just decided
+        [small] = engine.expire(["s"])
+        assert small.rows_deleted == 50 and engine.pace.rested == 0.0
+        # the same slowed pace, decided a minute ago: the next long unit starts at full speed
+        db.execute("INSERT INTO t SELECT g, now() - interval '3 days', 'x' FROM generate_series(-300000, -1) g")
+        db.commit()
+        engine.pace._decided = time.time() - 60
+        [big] = engine.expire(["t"])
+    assert big.rows_deleted == 300_000 and engine.pace.rested == 0.0
+    assert big.pace is not None and (big.pace.duty, big.pace.reason) == (1.0, "idle")

@@ -230,6 +230,10 @@ class Pace:
         if not self.enabled:
             return
         self._unit_started = self._working_since = time.time()
+        if self._unit_started - self._decided > BASELINE_SECONDS:
+            # What the last decision saw is too old to go by (the worker idled since): full speed
+            # until the sessions say otherwise.
+            self.controller.duty, self.controller.reason = 1.0, "idle"
         if self._sampling():
             self._active.set()
 
@@ -256,11 +260,13 @@ class Pace:
         now = time.time()
         worked = now - self._working_since
         self._add_work(self._working_since, now)
+        if now - self._unit_started < WARMUP_SECONDS:
+            # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling, no rest.
+            self._working_since = now
+            return
         if not self._sampling():
-            # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling.
             # A sampler that failed (its session ended, say) is opened again, not at once.
-            if now - self._unit_started < WARMUP_SECONDS or \
-                    (self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS):
+            if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
                 self._working_since = now
                 return
             self._start_sampler()
