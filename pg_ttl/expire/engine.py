@@ -166,9 +166,11 @@ class Engine:
             return results
         finally:
             if not clean and not self.broken:
-                # A pass that raised may have left a unit claimed: its claims go with it.
+                # A pass that raised may have left a unit claimed, or row_lock_timeout on
+                # (rows.py): its claims go with it, lock_timeout is set back.
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute("SELECT pg_catalog.pg_advisory_unlock_all()")
+                    conn.execute("SELECT pg_catalog.pg_advisory_unlock_all(), "
+                                 "pg_catalog.set_config('lock_timeout', %s, false)", (self._settings.lock_timeout,))
 
     def _apply_settings(self, settings: EngineSettings) -> EngineSettings:
         """The settings as they are now; the session's timeouts follow a change."""

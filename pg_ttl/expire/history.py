@@ -11,12 +11,12 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 START_RUN = """
-INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error)
-VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id
+WITH r AS (INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error)
+           VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id)
+SELECT r.run_id, CASE WHEN %s::text IS NOT NULL THEN pg_catalog.set_config('search_path', %s, false) END FROM r
 """
 
 
@@ -24,12 +24,7 @@ def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str
               status: str = "running", error: str | None = None, search_path: str | None = None) -> int:
     """The run's row; with ``search_path``, the session's search_path set to it by the same
     statement (the run's statements that follow use the table's)."""
-    if search_path is None:
-        row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error)).fetchone()
-    else:
-        row = conn.execute(sql.SQL("WITH r AS ({}) SELECT r.run_id, pg_catalog.set_config('search_path', %s, false) "
-                                   "FROM r").format(sql.SQL(START_RUN)),
-                           (relid, table, worker, cutoff, status, error, search_path)).fetchone()
+    row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error, search_path, search_path)).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -44,11 +39,9 @@ def start_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name
     """The unit's history row, resuming from ``checkpoint`` (sql/50_history.sql); with
     ``lock_timeout``, the session's set to it by the same statement."""
     cp = Jsonb(checkpoint) if checkpoint is not None else None
-    if lock_timeout is None:
-        conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s)", (run_id, unit_relid, name, action, strategy, cp))
-    else:
-        conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s), pg_catalog.set_config('lock_timeout', %s, false)",
-                     (run_id, unit_relid, name, action, strategy, cp, lock_timeout))
+    conn.execute("SELECT ttl._start_unit(%s, %s, %s, %s, %s, %s), CASE WHEN %s::text IS NOT NULL "
+                 "THEN pg_catalog.set_config('lock_timeout', %s, false) END",
+                 (run_id, unit_relid, name, action, strategy, cp, lock_timeout, lock_timeout))
 
 
 def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name: str, reason: str) -> None:

@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 from pg_ttl.expire import queues
-from pg_ttl.expire.predicate import EnginePolicy, Predicate, expiry_of
+from pg_ttl.expire.predicate import EnginePolicy, Predicate
 
 
 def min_expiry(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> sql.Composable:
@@ -17,9 +17,8 @@ def min_expiry(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     if pred.column is None:
         assert policy.expression is not None
         return sql.SQL("min(({}))").format(sql.SQL(policy.expression))
-    if pred.min_expiry is not None:  # read with the predicate
-        return pred.min_expiry
-    return expiry_of(conn, policy, sql.SQL("min({})").format(pred.column))
+    assert pred.min_expiry is not None  # read with the predicate (build_predicate)
+    return pred.min_expiry
 
 
 def oldest_left(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> datetime | None:

@@ -30,6 +30,8 @@ from typing import Any
 
 import psycopg
 
+from pg_ttl.expire.results import error_text
+
 # Other sessions' statements that finished, and sessions this role cannot see. Sessions of
 # pg_ttl itself (other workers, the engine, this sampler) are not the foreground.
 SAMPLE = """
@@ -145,17 +147,14 @@ class Controller:
             self.baseline.popleft()
         if self.replica_lag is not None and self.replica_lag_limit is not None \
                 and self.replica_lag > self.replica_lag_limit:
-            # A replica falls behind: less WAL, whatever the sessions here show.
-            self.duty, self.reason = max(MIN_DUTY, self.duty * DECREASE), "replica_lag"
-            self.slowed_down += 1
+            self._slow_down("replica_lag")  # less WAL, whatever the sessions here show
             return
         working, self.working = self.working, []
         if len(working) < MIN_STATEMENTS:
             if not working and not self.baseline:  # nobody else at work
                 self.duty, self.reason = 1.0, ("blind" if blind else "idle")
             elif not working:  # others were at work before; none while this engine worked
-                self.duty = min(1.0, self.duty + INCREASE)
-                self.reason = "healthy" if self.duty < 1.0 else "idle"
+                self._speed_up("healthy" if self.duty + INCREASE < 1.0 else "idle")
             else:
                 self.working = working  # too few to judge: keep them for the next decision
             return
@@ -166,11 +165,16 @@ class Controller:
         rested = _p90([s for _, s in self.baseline])
         self.slowdown = max(_p90(working), FLOOR) / max(rested, FLOOR)
         if self.slowdown > self.target:
-            self.duty, self.reason = max(MIN_DUTY, self.duty * DECREASE), "throttled"
-            self.slowed_down += 1
+            self._slow_down("throttled")
         else:
-            self.duty = min(1.0, self.duty + INCREASE)
-            self.reason = "healthy"
+            self._speed_up("healthy")
+
+    def _slow_down(self, reason: str) -> None:
+        self.duty, self.reason = max(MIN_DUTY, self.duty * DECREASE), reason
+        self.slowed_down += 1
+
+    def _speed_up(self, reason: str) -> None:
+        self.duty, self.reason = min(1.0, self.duty + INCREASE), reason
 
     def rest_after(self, worked: float) -> float:
         """Seconds to rest after ``worked`` seconds of work."""
@@ -243,9 +247,7 @@ class Pace:
             self._add_work(self._working_since, now)
             self._working_since = None
             if self._sampling():  # what the unit's last moments showed
-                self._drain(now)
-                self.controller.decide(now, blind=self._hidden > 0)
-                self._decided = now
+                self._decide(now)
         self._active.clear()
 
     def resumed(self) -> None:
@@ -277,9 +279,7 @@ class Pace:
             self._decided = now
         self._active.set()
         if now - self._decided >= DECIDE_SECONDS:
-            self._drain(now)
-            self.controller.decide(now, blind=self._hidden > 0)
-            self._decided = now
+            self._decide(now)
         rest = self.controller.rest_after(worked)
         if rest > 0:
             if self.stop is not None:
@@ -288,6 +288,11 @@ class Pace:
                 time.sleep(rest)
             self.rested += rest
         self._working_since = time.time()
+
+    def _decide(self, now: float) -> None:
+        self._drain(now)
+        self.controller.decide(now, blind=self._hidden > 0)
+        self._decided = now
 
     @property
     def slowed(self) -> bool:
@@ -322,7 +327,7 @@ class Pace:
 
     def _failed(self, exc: psycopg.Error) -> None:
         """The engine goes on at full speed; the state says why until the sampler is back."""
-        self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._error = error_text(exc)
         self._failed_at = time.monotonic()
         if self._conn is not None:
             self._conn.close()

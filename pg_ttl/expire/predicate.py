@@ -97,8 +97,8 @@ class Predicate:
     # Row expiry (the table's TTL policy): its ctid ranges are deleted by
     # ttl.delete_rows_sql's statement; orphans (sql/80_orphans.sql) by the condition above.
     row_expiry: bool = True
-    # min(<expiry of the TTL column>) over a table's rows (column policies), read with the
-    # predicate for the lag measured at the run's end (oldest.py)
+    # min(<expiry of the TTL column>) over a table's rows (column policies: ttl._expiry_sql),
+    # read with the predicate for the lag and plans (oldest.py)
     min_expiry: sql.Composable | None = None
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
@@ -107,14 +107,6 @@ class Predicate:
         # A quoted literal cast to the type is folded into a constant at parse time
         # (a text-typed value would be converted again for every row).
         return sql.SQL("CAST({} AS {})").format(text_value, self.coltype)
-
-
-def expiry_of(conn: psycopg.Connection[Any], policy: EnginePolicy, term: sql.Composable) -> sql.SQL:
-    """The expiry instant (timestamptz) of TTL column value ``term``, by the database's definition."""
-    row = conn.execute("SELECT ttl._expiry_sql(%s::oid::regtype, %s, %s::interval, %s)",
-                       (policy.typid, policy.unit, policy.expire_after_text, term.as_string(conn))).fetchone()
-    assert row is not None
-    return sql.SQL(row[0])
 
 
 def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
@@ -134,4 +126,4 @@ def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff:
     assert policy.column is not None and policy.typname is not None
     return Predicate(cutoff, expired, bound, sql.Identifier(policy.column),
                      sql.Identifier("pg_catalog", policy.typname), search_path,
-                     min_expiry=sql.SQL(row[3]) if row[3] else None)
+                     min_expiry=sql.SQL(row[3]))

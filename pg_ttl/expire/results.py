@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 
-from pg_ttl.expire.pace import PaceState
+if TYPE_CHECKING:
+    from pg_ttl.expire.pace import PaceState
 
 
 @dataclass

@@ -219,22 +219,14 @@ def _last_range(ctx: UnitContext, chunk: Chunk) -> bool:
 
 
 def _delete_last_range(ctx: UnitContext, chunk: Chunk) -> int:
-    """The range by the database's statement (``_delete_blocks``) and the unit's counters and
-    checkpoint, in one statement; its $1/$2 are the range's bounds (a raw cursor)."""
+    """The range by the database's statement (``_block_delete_sql``) and the unit's counters
+    and checkpoint (``ACCOUNT``), in one statement; its $1/$2 are the range's bounds (a raw cursor)."""
     assert chunk.blocks is not None
-    if False not in ctx.block_delete:
-        row = ctx.conn.execute(DELETE_ROWS_SQL, (ctx.policy.relid, ctx.unit.relid, ctx.pred.cutoff,
-                                                 False)).fetchone()
-        assert row is not None
-        ctx.block_delete[False] = row[0]
-    # The DELETE's text is the database's own (ttl.delete_rows_sql): names quoted there.
-    statement = (f"WITH d AS ({ctx.block_delete[False]} RETURNING 1) "
-                 "UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),"
-                 " rows_selected = rows_selected + (SELECT count(*) FROM d), checkpoint = $3::jsonb"
-                 " WHERE run_id = $4 AND unit_relid = $5::oid RETURNING (SELECT count(*) FROM d)")
-    row = execute(ctx, statement, reraise_lock=True,
-                  raw_params=(f"({chunk.blocks[0]},0)", f"({chunk.blocks[1]},0)", Jsonb(chunk.checkpoint),
-                              ctx.run_id, ctx.unit.relid)).fetchone()
+    stmt = sql.SQL("WITH d AS ({} RETURNING 1) ").format(sql.SQL(_block_delete_sql(ctx, False))) + ACCOUNT.format(
+        selected=sql.Literal(None), checkpoint=sql.Literal(Jsonb(chunk.checkpoint)), run_id=sql.Literal(ctx.run_id),
+        unit=sql.Literal(ctx.unit.relid))
+    row = execute(ctx, stmt, reraise_lock=True, raw_params=(f"({chunk.blocks[0]},0)", f"({chunk.blocks[1]},0)")
+                  ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -249,17 +241,23 @@ def _account_group(ctx: UnitContext, group: list[tuple[Chunk, int]]) -> None:
 
 # -- phase 2 --------------------------------------------------------------------
 
-def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool = False,
-                   skip_locked: bool = False) -> int:
-    """A block range, by the database's own statement (sql/52_delete_rows.sql), read
-    once per unit; its $1/$2 are the range's bounds (a raw cursor: no '%' in the
-    expiration expression is read as a placeholder)."""
+def _block_delete_sql(ctx: UnitContext, skip_locked: bool) -> str:
+    """The database's statement deleting a block range of the unit (ttl.delete_rows_sql),
+    read once per unit (or with the unit's catalog, choose_strategy)."""
     if skip_locked not in ctx.block_delete:
         row = ctx.conn.execute(DELETE_ROWS_SQL, (ctx.policy.relid, ctx.unit.relid, ctx.pred.cutoff,
                                                  skip_locked)).fetchone()
         assert row is not None
         ctx.block_delete[skip_locked] = row[0]
-    return execute(ctx, ctx.block_delete[skip_locked], reraise_lock,
+    return ctx.block_delete[skip_locked]
+
+
+def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool = False,
+                   skip_locked: bool = False) -> int:
+    """A block range, by the database's own statement (sql/52_delete_rows.sql), read
+    once per unit; its $1/$2 are the range's bounds (a raw cursor: no '%' in the
+    expiration expression is read as a placeholder)."""
+    return execute(ctx, _block_delete_sql(ctx, skip_locked), reraise_lock,
                    raw_params=(f"({blocks[0]},0)", f"({blocks[1]},0)")).rowcount
 
 
