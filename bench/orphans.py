@@ -64,7 +64,10 @@ class LongestTransaction:
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        # The bench's own observer, not a workload: named like pg_ttl's own sessions, which
+        # pg_ttl's throttle does not count as foreground (polled every 5 ms, it would slow
+        # the pass it measures, as a busy application would).
+        with psycopg.connect(self.dsn, autocommit=True, application_name="pg-ttl bench observer") as conn:
             while not self.stop.is_set():
                 row = conn.execute("SELECT max(extract(epoch FROM clock_timestamp() - xact_start))"
                                    " FROM pg_stat_activity WHERE application_name = %s AND state <> 'idle'",

@@ -151,7 +151,7 @@ BEGIN
     LOOP
         UPDATE ttl.run_unit u SET status = 'interrupted', finished_at = coalesce(u.finished_at, clock_timestamp())
          WHERE u.status = 'running' AND u.run_id = dead.run_id;
-        UPDATE ttl.orphan_range o SET status = 'interrupted', finished_at = clock_timestamp()
+        UPDATE ttl.block_range o SET status = 'interrupted', finished_at = clock_timestamp()
          WHERE o.status = 'running' AND o.run_id = dead.run_id;
         PERFORM ttl._finish_run(dead.run_id, 'interrupted',
                                 coalesce(dead.error, 'the session running it ended before it finished'));
@@ -209,7 +209,7 @@ AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
 $fn$;
 
--- The caller's claim on a unit released: shared (orphans) or not; NULL: as the
+-- The caller's claim on a unit released: shared (orphans, shared ranges) or not; NULL: as the
 -- caller holds it (a unit that failed before its history row was written).
 CREATE OR REPLACE FUNCTION ttl._release_claim(unit oid, shared boolean) RETURNS void
 LANGUAGE plpgsql
@@ -249,9 +249,10 @@ DECLARE
     reason text;
     claimed boolean;
 BEGIN
-    -- Orphan units share their claim: several runs split the unit's ranges, each
-    -- range claimed on its own (pg_ttl/expire/orphans.py); other work excludes them.
-    IF unit_action = 'orphans' THEN
+    -- Orphan units, and units of row expiry swept in shared block ranges (strategy
+    -- 'ranges'), share their claim: several runs split the unit's ranges, each range
+    -- claimed on its own (pg_ttl/expire/sweeps.py); other work excludes them.
+    IF unit_action = 'orphans' OR strategy = 'ranges' THEN
         claimed := pg_try_advisory_lock_shared(ttl._claim_key(unit));
     ELSE
         claimed := pg_try_advisory_lock(ttl._claim_key(unit));
@@ -277,7 +278,7 @@ BEGIN
             reason := 'the partition was dropped during the run';
         END IF;
         IF reason IS NOT NULL THEN
-            PERFORM ttl._release_claim(unit, unit_action = 'orphans');
+            PERFORM ttl._release_claim(unit, unit_action = 'orphans' OR strategy IS NOT DISTINCT FROM 'ranges');
         END IF;
     END IF;
     IF reason IS NOT NULL THEN
@@ -299,8 +300,8 @@ BEGIN
     IF finish THEN
         PERFORM ttl._finish_unit(run, unit, unit_status, unit_error);
     END IF;
-    PERFORM ttl._release_claim(unit, (SELECT u.action = 'orphans' FROM ttl.run_unit u
-                                       WHERE u.run_id = run AND u.unit_relid = unit));
+    PERFORM ttl._release_claim(unit, (SELECT u.action = 'orphans' OR u.strategy IS NOT DISTINCT FROM 'ranges'
+                                        FROM ttl.run_unit u WHERE u.run_id = run AND u.unit_relid = unit));
 END
 $fn$;
 

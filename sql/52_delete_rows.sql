@@ -46,3 +46,15 @@ BEGIN
     RETURN format('DELETE FROM ONLY %s WHERE %s AND %s', target, range, expired);
 END
 $fn$;
+
+-- From how many blocks (pg_class.relpages: the size as of the last VACUUM or ANALYZE)
+-- a table's row expiry in ctid order is shared range by range by the runs at work on
+-- it at once (pg_ttl/expire/sweeps.py), and workers join a round another worker is
+-- running on it: two ranges of the row_range_bytes setting. NULL when that is 0 (never).
+CREATE OR REPLACE FUNCTION ttl.shared_sweep_blocks() RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT nullif(2 * (pg_size_bytes(s.value) / current_setting('block_size')::int8), 0)
+      FROM ttl.settings s WHERE s.name = 'row_range_bytes'
+$fn$;

@@ -234,7 +234,7 @@ CREATE OR REPLACE FUNCTION ttl.enable_orphans(
     age_unit text DEFAULT NULL,
     job_cron text DEFAULT NULL,
     range_bytes bigint DEFAULT 67108864,
-    delete_batch_size integer DEFAULT 1000,
+    delete_batch_size integer DEFAULT NULL,
     parents regclass[] DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
@@ -281,7 +281,9 @@ BEGIN
     o.age_unit := age_unit;
     o.job_cron := nullif(btrim(job_cron), '');
     o.range_bytes := coalesce(range_bytes, 67108864);
-    o.delete_batch_size := coalesce(delete_batch_size, 1000);
+    -- Each DELETE also stops at ~50 ms (the engine sizes it by time): the count only
+    -- caps orphans dense enough to reach it sooner.
+    o.delete_batch_size := coalesce(delete_batch_size, 10000);
     o.created_at := now();
     o.updated_at := now();
     INSERT INTO ttl.orphan_policy SELECT o.*

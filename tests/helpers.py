@@ -92,6 +92,7 @@ def standby_of(primary: LocalServer) -> LocalServer:
     """A hot standby of ``primary``, streaming from it (pg_basebackup -R), started."""
     base = Path(tempfile.mkdtemp(prefix="pg_ttl-standby-"))
     standby = LocalServer(bindir=primary.bindir, base_dir=base, run_as=primary.run_as)
+    standby._owns_dir = True  # its cleanup() removes the directory made here too
     base.chmod(0o755)
     standby.sockdir.mkdir()
     for path in (base, standby.sockdir):

@@ -296,7 +296,7 @@ def test_a_dropped_parent_takes_its_childrens_orphan_policies_with_it(conn: Conn
 
 RANGES = """
 SELECT o.run_id, o.range_no, o.first_block, o.end_block, o.next_block, o.status, o.rows_examined, o.rows_deleted
-  FROM ttl.orphan_range o WHERE o.run_id = %s ORDER BY o.range_no
+  FROM ttl.block_range o WHERE o.run_id = %s ORDER BY o.range_no
 """
 
 
@@ -350,7 +350,7 @@ def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> Non
 def _wait_for_range_progress(conn: Conn, rows: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        row = conn.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.orphan_range").fetchone()
+        row = conn.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.block_range").fetchone()
         if row and row[0] >= rows:
             return
         time.sleep(0.02)
@@ -396,7 +396,7 @@ def test_a_killed_pass_resumes_where_its_last_range_committed(conn: Conn, dsn: s
     # the last one done
     assert conn.execute("SELECT status FROM ttl.run WHERE run_id = %s", (killed[0],)).fetchone() == ("interrupted",)
     if cut[5] == "running":
-        assert conn.execute("SELECT status FROM ttl.orphan_range WHERE run_id = %s AND range_no = %s",
+        assert conn.execute("SELECT status FROM ttl.block_range WHERE run_id = %s AND range_no = %s",
                             (killed[0], cut[1])).fetchone() == ("interrupted",)
         starts = (cut[1], cut[4])
     else:
@@ -423,7 +423,7 @@ def test_two_processes_share_one_table_and_a_killed_ones_range_is_resumed(conn: 
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # both at work on the table's ranges
-            row = conn.execute("SELECT count(DISTINCT run_id) FROM ttl.orphan_range WHERE rows_deleted > 0"
+            row = conn.execute("SELECT count(DISTINCT run_id) FROM ttl.block_range WHERE rows_deleted > 0"
                                ).fetchone()
             if row == (2,):
                 break
@@ -439,29 +439,29 @@ def test_two_processes_share_one_table_and_a_killed_ones_range_is_resumed(conn: 
     conn.execute("SELECT ttl.close_dead_runs()")
     killed_run = conn.execute("SELECT run_id FROM ttl.run WHERE status = 'interrupted'").fetchone()
     assert killed_run is not None
-    both = conn.execute("SELECT DISTINCT run_id FROM ttl.orphan_range").fetchall()
+    both = conn.execute("SELECT DISTINCT run_id FROM ttl.block_range").fetchall()
     assert len(both) == 2  # both took part in one sweep
-    first = conn.execute("SELECT min(sweep) FROM ttl.orphan_range").fetchone()
+    first = conn.execute("SELECT min(sweep) FROM ttl.block_range").fetchone()
     assert first is not None
     # the next pass takes up what the killed run held, if the other one did not
     [res] = expire(dsn, ["data"])
     assert res.status == "ok" and conn.execute("SELECT count(*) FROM data").fetchone() == (0,)
     # every range of the sweep the two shared done ('ok') exactly once
-    twice = conn.execute("SELECT range_no FROM ttl.orphan_range WHERE status = 'ok' AND sweep = %s"
+    twice = conn.execute("SELECT range_no FROM ttl.block_range WHERE status = 'ok' AND sweep = %s"
                          " GROUP BY range_no HAVING count(*) > 1", first).fetchall()
     assert twice == []
     per_range = conn.execute("SELECT count(DISTINCT range_no), max(range_no) + 1, min(sweep_blocks / range_blocks)"
-                             " FROM ttl.orphan_range WHERE status = 'ok' AND sweep = %s", first).fetchone()
+                             " FROM ttl.block_range WHERE status = 'ok' AND sweep = %s", first).fetchone()
     assert per_range is not None and per_range[0] == per_range[1] >= per_range[2] > 1
     # the killed run's range in progress: taken up where its last DELETE got to
-    cut = conn.execute("SELECT range_no, next_block FROM ttl.orphan_range WHERE run_id = %s AND status <> 'ok'",
+    cut = conn.execute("SELECT range_no, next_block FROM ttl.block_range WHERE run_id = %s AND status <> 'ok'",
                        (killed_run[0],)).fetchall()
     for range_no, next_block in cut:
-        assert conn.execute("SELECT first_block FROM ttl.orphan_range WHERE run_id <> %s AND range_no = %s"
+        assert conn.execute("SELECT first_block FROM ttl.block_range WHERE run_id <> %s AND range_no = %s"
                             " AND sweep = %s", (killed_run[0], range_no, first[0])).fetchall() == [(next_block,)]
     # each orphan deleted once: the ranges' counts add up to them all
-    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.orphan_range").fetchone() == (40000,)
-    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.orphan_range WHERE sweep = %s", first
+    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.block_range").fetchone() == (40000,)
+    assert conn.execute("SELECT sum(rows_deleted) FROM ttl.block_range WHERE sweep = %s", first
                         ).fetchone() == (40000,)
 
 
@@ -501,11 +501,11 @@ def test_two_engines_split_the_ranges_of_one_table(conn: Conn, dsn: str) -> None
         t.join(120)
     assert len(results) == 2 and all(r.status == "ok" for r in results)
     assert sum(r.orphans_deleted for r in results) == 20000
-    done = conn.execute("SELECT run_id, range_no FROM ttl.orphan_range WHERE status = 'ok'").fetchall()
+    done = conn.execute("SELECT run_id, range_no FROM ttl.block_range WHERE status = 'ok'").fetchall()
     assert {run for run, _ in done} == {r.run_id for r in results}  # both did ranges
     numbers = sorted(n for _, n in done)
     assert numbers == list(range(len(numbers)))  # every range once
-    assert conn.execute("SELECT count(*) FROM ttl.orphan_range WHERE status <> 'ok'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM ttl.block_range WHERE status <> 'ok'").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM data").fetchone() == (0,)
 
 
@@ -617,7 +617,7 @@ def test_two_engines_share_a_partitioned_child_and_no_range_is_done_twice(conn: 
         t.join(120)
     assert len(results) == 2 and sum(r.orphans_deleted for r in results) == 60000
     # each range of each partition done once, by one engine or the other
-    done = conn.execute("SELECT unit_relid::regclass::text, range_no, count(*) FROM ttl.orphan_range"
+    done = conn.execute("SELECT unit_relid::regclass::text, range_no, count(*) FROM ttl.block_range"
                         " WHERE status = 'ok' GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
     assert {n for *_, n in done} == {1} and {u for u, *_ in done} == {f"parts_{k}" for k in range(6)}
     sizes = dict(conn.execute("SELECT c.relname::text, pg_relation_size(c.oid) / 8192 FROM pg_class c"

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pg_ttl.expire import expire, orphans
+from pg_ttl.expire import expire, orphans, sweeps
 
 Conn = psycopg.Connection[Any]
 
@@ -69,13 +69,13 @@ def test_a_range_that_always_fails_is_given_up_and_blocks_no_later_sweep(conn: C
 
     # every run: the other ranges are done; the bad one fails, with its error, and so does the run
     runs = []
-    for attempt in range(1, orphans.RANGE_ATTEMPTS + 1):
+    for attempt in range(1, sweeps.RANGE_ATTEMPTS + 1):
         [res] = expire(dsn, ["data"])
         runs.append(res)
         assert res.status == "failed" and "row k301 may not go" in (res.error or "")
         state = _status(cli, dsn)
         assert state["last_status"] == "failed" and "row k301 may not go" in state["last_error"]
-        if attempt < orphans.RANGE_ATTEMPTS:
+        if attempt < sweeps.RANGE_ATTEMPTS:
             assert state["ranges_failing"] == [{"range": poison_range, "failures": attempt,
                                                 "error": "row k301 may not go"}]
             assert state["ranges_done"] == state["ranges"] - 1 and state["ranges_given_up"] == []
@@ -86,7 +86,7 @@ def test_a_range_that_always_fails_is_given_up_and_blocks_no_later_sweep(conn: C
                         " FROM data d WHERE NOT EXISTS (SELECT 1 FROM metadata m WHERE m.hash = d.hash)",
                         (poison_range, poison_range)).fetchone()
     assert left is not None and left[0] == 0 and left[1] > 0
-    failed = conn.execute("SELECT run_id, status, error FROM ttl.orphan_range WHERE range_no = %s ORDER BY run_id",
+    failed = conn.execute("SELECT run_id, status, error FROM ttl.block_range WHERE range_no = %s ORDER BY run_id",
                           (poison_range,)).fetchall()
     assert [(r, s) for r, s, _ in failed] == [(res.run_id, "failed") for res in runs]
     assert all("row k301 may not go" in e for *_, e in failed)
@@ -136,13 +136,13 @@ def test_a_range_held_by_a_stuck_run_is_given_up_and_a_new_sweep_begins(conn: Co
     stuck.start()
     try:
         assert held.wait(60)
-        holder = conn.execute("SELECT run_id, range_no FROM ttl.orphan_range WHERE status = 'running'").fetchone()
+        holder = conn.execute("SELECT run_id, range_no FROM ttl.block_range WHERE status = 'running'").fetchone()
         assert holder is not None and holder[1] == 0
         # held for less than STALE_HOLD_SECONDS: the range is another run's, nothing more
         [res] = expire(dsn, ["data"])
         assert res.status == "ok" and _status(cli, dsn)["ranges_failing"] == []
-        monkeypatch.setattr(orphans, "STALE_HOLD_SECONDS", 0.0)
-        for attempt in range(1, orphans.RANGE_ATTEMPTS):
+        monkeypatch.setattr(sweeps, "STALE_HOLD_SECONDS", 0.0)
+        for attempt in range(1, sweeps.RANGE_ATTEMPTS):
             [res] = expire(dsn, ["data"])
             assert res.status == "partial"
             state = _status(cli, dsn)
@@ -160,7 +160,7 @@ def test_a_range_held_by_a_stuck_run_is_given_up_and_a_new_sweep_begins(conn: Co
         assert state["sweep"] == new_sweep and res.orphans_deleted == 1 and res.status == "partial"
         assert conn.execute("SELECT count(*) FROM data WHERE hash = 'k990'").fetchone() == (0,)
         # held still, by the run of the sweep before: given up in this one too, and the next begins
-        for _ in range(orphans.RANGE_ATTEMPTS - 1):
+        for _ in range(sweeps.RANGE_ATTEMPTS - 1):
             [res] = expire(dsn, ["data"])
         state = _status(cli, dsn)
         assert state["sweep"] == new_sweep and [r["range"] for r in state["ranges_given_up"]] == [0]

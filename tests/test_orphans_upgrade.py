@@ -69,7 +69,7 @@ def test_orphan_policies_at_0013_work_after_the_upgrade(pg_local: LocalServer) -
 
         [first] = expire(db, ["data"], stop=stop, progress=StopAfterFive())
         assert first.status == "partial" and 0 < first.orphans_deleted < 15000
-        last = conn.execute("SELECT range_no, next_block, end_block, status FROM ttl.orphan_range"
+        last = conn.execute("SELECT range_no, next_block, end_block, status FROM ttl.block_range"
                             " ORDER BY range_no DESC LIMIT 1").fetchone()
         assert last is not None and last[3] in ("partial", "ok")
         # where the next pass starts: in the range stopped in, or at the next one's first block
@@ -95,7 +95,7 @@ def test_orphan_policies_at_0013_work_after_the_upgrade(pg_local: LocalServer) -
         results = {r.table: r for r in expire(db, ["data", "items"])}
         assert results["data"].status == "ok" and results["items"].status == "ok"
         # the sweep in progress is taken up where the stopped pass left it
-        resumed = conn.execute("SELECT range_no, first_block FROM ttl.orphan_range WHERE run_id = %s"
+        resumed = conn.execute("SELECT range_no, first_block FROM ttl.block_range WHERE run_id = %s"
                                " ORDER BY range_no LIMIT 1", (results["data"].run_id,)).fetchone()
         assert resumed == stopped
         assert first.orphans_deleted + results["data"].orphans_deleted == 15000

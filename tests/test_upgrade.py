@@ -67,7 +67,7 @@ TABLE_LAYER = ("tables", "columns", "constraints", "indexes", "row_security")
 # 0006 drops ttl.policy.partition_ignore_value_ttl (an option that had no effect).
 DROPPED_COLUMNS = {"policy": ("partition_ignore_value_ttl",)}
 # Settings a migration adds after the release (with their defaults); every other row must survive as it was.
-ADDED_SETTINGS = {"partition_expiry_step", "throttle", "throttle_target", "throttle_replica_lag"}
+ADDED_SETTINGS = {"partition_expiry_step", "throttle", "throttle_target", "throttle_replica_lag", "row_range_bytes"}
 
 
 def by_name(shape: dict[str, list[Any]]) -> dict[str, list[Any]]:

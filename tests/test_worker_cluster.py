@@ -92,6 +92,45 @@ def test_workers_split_a_partitioned_table_without_overlap(dsn: str, connect: An
         assert done_skips, units
 
 
+@pytest.mark.slow
+def test_a_late_worker_joins_the_round_of_a_big_table_and_takes_other_ranges(dsn: str, connect: Any) -> None:
+    """A plain table of many ranges of row_range_bytes (64 kB here): a worker that starts
+    while another sweeps it joins the round and takes ranges the first has not; every range
+    is done once, all expired rows go."""
+    conn = connect()
+    conn.execute("CREATE TABLE big (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, body text)")
+    conn.execute("INSERT INTO big (created_at, body) SELECT now() - CASE WHEN g % 4 = 0 THEN interval '1 hour'"
+                 " ELSE interval '3 days' END, repeat('x', 200) FROM generate_series(1, 20000) g")
+    conn.execute("VACUUM ANALYZE big")
+    # each DELETE takes a while: the second worker arrives with most ranges still to do
+    conn.execute("CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$"
+                 " BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END $$")
+    conn.execute("CREATE TRIGGER slow AFTER DELETE ON big FOR EACH STATEMENT EXECUTE FUNCTION slow()")
+    conn.execute("UPDATE ttl.settings SET value = '64kB' WHERE name = 'row_range_bytes'")
+    conn.execute("SELECT ttl.enable('big', expire_after => '1 day', column_name => 'created_at')")
+    procs = [WorkerProcess("--dsn", dsn, "--name", "w1", *FAST)]
+    try:
+        wait_until(lambda: conn.execute("SELECT count(*) FROM ttl.block_range WHERE work = 'delete'"
+                                        " AND status = 'ok'").fetchone()[0] >= 3, what="3 ranges done")
+        procs.append(WorkerProcess("--dsn", dsn, "--name", "w2", *FAST))
+        for p in procs:
+            p.wait_for("run finished", table="big", timeout=60)
+        for p in procs:
+            assert p.stop() == 0
+    finally:
+        for p in procs:
+            p.close()
+    assert conn.execute("SELECT count(*) FROM big").fetchone() == (5000,)
+    runs = conn.execute("SELECT r.worker, r.cutoff, u.strategy, u.rows_deleted FROM ttl.run r"
+                        " JOIN ttl.run_unit u USING (run_id) ORDER BY r.worker").fetchall()
+    assert [r[0] for r in runs] == ["w1", "w2"] and len({r[1] for r in runs}) == 1  # one round
+    assert {r[2] for r in runs} == {"ranges"} and all(r[3] > 0 for r in runs), runs  # both deleted
+    assert sum(r[3] for r in runs) == 15000
+    done = conn.execute("SELECT range_no FROM ttl.block_range WHERE work = 'delete' AND status = 'ok'"
+                        " ORDER BY range_no").fetchall()
+    assert [n for (n,) in done] == list(range(len(done)))  # every range, once
+
+
 def test_two_workers_deciding_at_once_start_and_join(dsn: str, connect: Any) -> None:
     """Two workers that reach a table's tick at the same moment: one starts the round,
     the other joins it; neither takes the other (still deciding) for a runner and skips."""

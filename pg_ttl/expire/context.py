@@ -44,6 +44,10 @@ class EngineSettings:
     row_strategy: str = "auto"  # 'auto' | 'index' | 'ctid'
     throttle: bool = True  # the adaptive throttle (pace.py)
     throttle_target: float = 1.5
+    # row_range_bytes in blocks, and the size from which a unit swept in ctid order is
+    # shared range by range with other runs (ttl.shared_sweep_blocks(), sweeps.py); 0: never
+    row_range_blocks: int = 0
+    shared_sweep_blocks: int = 0
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
@@ -116,6 +120,8 @@ class UnitContext:
     block_delete: dict[bool, str] = field(default_factory=dict)  # rows.py: DELETE by skip_locked
     # (blocks now, reltuples, relpages) as read when the unit's strategy was chosen (rows.py)
     size: tuple[int, float, int] | None = None
+    # the strategy and the estimate of expired rows, when chosen before the unit was claimed
+    chosen: tuple[str, int | None] | None = None
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import errors
 
 from pg_ttl.archive.storage import StorageError
-from pg_ttl.expire import columns, history, oldest, orphans, owner, partitions, queues, ranges, rows, tiers
+from pg_ttl.expire import columns, history, oldest, orphans, owner, partitions, queues, ranges, rows, sweeps, tiers
 from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
 from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
@@ -143,14 +143,19 @@ class Engine:
                                "(SELECT pg_catalog.json_object_agg(s.name, s.value) FROM ttl.settings s), "
                                # the size as PostgreSQL reads it ('256MB', '1 GB')
                                "(SELECT pg_catalog.pg_size_bytes(s.value) FROM ttl.settings s "
-                               " WHERE s.name = 'throttle_replica_lag')",
+                               " WHERE s.name = 'throttle_replica_lag'), "
+                               "(SELECT pg_catalog.pg_size_bytes(s.value) "
+                               "        / pg_catalog.current_setting('block_size')::int8 FROM ttl.settings s "
+                               " WHERE s.name = 'row_range_bytes'), ttl.shared_sweep_blocks()",
                                (cutoff,)).fetchone()
             assert row is not None
             if row[1]:
                 raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
             cutoff = cutoff or row[0]  # once per run, from the server clock
             assert cutoff is not None
-            settings = self._apply_settings(EngineSettings.from_values(row[2] or {}))
+            settings = EngineSettings.from_values(row[2] or {})
+            settings.row_range_blocks, settings.shared_sweep_blocks = int(row[4] or 0), int(row[5] or 0)
+            settings = self._apply_settings(settings)
             self.pace.configure(settings.throttle, settings.throttle_target,
                                 None if row[3] is None else int(row[3]))
             self.pace.stop = stop
@@ -365,11 +370,13 @@ def run_unit(ctx: UnitContext) -> UnitResult:
     # Claimed, or skipped with the reason recorded (sql/50_history.sql); a partition to
     # drop or detach starts at once (no checkpoint to take over). Work that resumes takes
     # over the checkpoint an interrupted run left, in the same statement, once claimed.
+    # A big unit to sweep in ctid order is shared: its claim too, and no run takes it over.
+    shared = _shares_ranges(ctx)
     row = conn.execute("SELECT b.reason, CASE WHEN b.reason IS NULL AND %s THEN ttl.take_over_unit(%s, %s) END "
-                       "FROM ttl._begin_unit(%s, %s, %s, %s, %s, %s, NULL, %s) AS b(reason)",
-                       (unit.action in RESUMABLE, unit.relid, unit.action,
+                       "FROM ttl._begin_unit(%s, %s, %s, %s, %s, %s, %s, %s) AS b(reason)",
+                       (unit.action in RESUMABLE and not shared, unit.relid, unit.action,
                         ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
-                        unit.action in ("drop", "detach"))).fetchone()
+                        "ranges" if shared else None, unit.action in ("drop", "detach"))).fetchone()
     ctx.checkpoint = dict(row[1]) if row is not None and row[1] else None
     if row is not None and row[0] is not None:
         res.action, res.status, res.error = "skip", "skipped", str(row[0])
@@ -433,12 +440,20 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, None)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate_expired(ctx))
         res.status = orphans.delete_orphans(ctx)
+    elif unit.action == "delete" and ctx.chosen is not None and ctx.chosen[0] == "ranges":
+        # block ranges shared with the other runs sweeping it (sweeps.py), each range checkpointed
+        res.strategy = "ranges"
+        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, None)
+        ctx.progress.unit_started(policy.name, unit.name, unit.action, ctx.chosen[1])
+        res.status = sweeps.run(ctx, rows.range_delete(ctx), ctx.settings.row_range_blocks)
     elif unit.action == "delete":
         resumed = (ctx.checkpoint or {}).get("strategy")
         # resume the way it was going (a checkpoint only makes sense to its own strategy)
         try:
             if resumed in ("index", "ctid"):
                 res.strategy, estimate = str(resumed), estimate_expired(ctx)
+            elif ctx.chosen is not None:  # chosen before the claim (_shares_ranges)
+                res.strategy, estimate = ctx.chosen
             else:
                 res.strategy, estimate = rows.choose_strategy(ctx, lambda: estimate_expired(ctx))
         except psycopg.Error:
@@ -476,6 +491,27 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
             res.status, res.error = "skipped", str(kept)
         return True
     return False
+
+
+def _shares_ranges(ctx: UnitContext) -> bool:
+    """Row expiry of a unit of ``ttl.shared_sweep_blocks()`` or more (by its size as of its
+    last VACUUM or ANALYZE) that is to be swept in ctid order: runs that work on it at once
+    share it range by range (sweeps.py), each range done by one of them. Its strategy is
+    chosen here, before the claim, whose kind depends on it (kept in ``ctx.chosen``). Not
+    with column TTLs (their values are nulled once the unit's rows are done, by one run)."""
+    settings, policy = ctx.settings, ctx.policy
+    if (ctx.unit.action != "delete" or not ctx.pred.row_expiry or policy.has_column_ttls
+            or settings.shared_sweep_blocks <= 0 or ctx.unit.pages < settings.shared_sweep_blocks
+            or settings.row_strategy == "index"):
+        return False
+    try:
+        strategy, estimate = rows.choose_strategy(ctx, lambda: estimate_expired(ctx))
+    except psycopg.Error:
+        if ctx.conn.broken:
+            raise
+        return False  # (a lock on the table, say) the unit's own path meets it again and records it
+    ctx.chosen = ("ranges" if strategy == "ctid" else strategy, estimate)
+    return strategy == "ctid"
 
 
 def estimate_expired(ctx: UnitContext) -> int | None:

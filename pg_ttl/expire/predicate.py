@@ -30,7 +30,8 @@ SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.
        EXISTS (SELECT 1 FROM ttl.tier s WHERE s.relid = p.relid),
        EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid OR p.relid = ANY(o.parent_relids)),
        coalesce((SELECT CASE WHEN q.backfilled THEN 'filled' ELSE 'filling' END FROM ttl.queue q
-                  WHERE q.relid = p.relid), 'none')
+                  WHERE q.relid = p.relid), 'none'),
+       c.relpages
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -66,6 +67,7 @@ class EnginePolicy:
     has_tiers: bool = True
     has_orphans: bool = True  # an orphan policy on the same table, or on a child of it
     queue: str = "unknown"  # its expiration queue: 'none', 'filling', 'filled' (or not read: 'unknown')
+    pages: int = 0  # the table's size in blocks as of its last VACUUM or ANALYZE
 
     @property
     def name(self) -> str:

@@ -55,6 +55,11 @@ class Chunk:
 
 
 
+# A range that keeps meeting rows moved to another partition (40001) is retried this
+# many times, then left for the next run (rows.py, sweeps.py).
+MOVED_RETRIES = 3
+
+
 def set_lock_timeout(ctx: UnitContext, value: str) -> None:
     """Change the session's lock_timeout, only when it differs (saves a round trip per batch)."""
     if not ctx.conn.broken and (ctx.lock_timeout or ctx.settings.lock_timeout) != value:

@@ -34,8 +34,9 @@ from collections.abc import Callable, Iterator
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
+from pg_ttl.expire import sweeps
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import Chunk, ctid_batches, execute, index_batches, set_lock_timeout
+from pg_ttl.expire.ranges import MOVED_RETRIES, Chunk, ctid_batches, execute, index_batches, set_lock_timeout
 
 # The unit's size (pg_relation_size: blocks now; reltuples and relpages: as of the last
 # ANALYZE), its btree on the TTL column if any, that column's correlation, and (row expiry)
@@ -79,9 +80,6 @@ UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),
 RETURNING (SELECT count(*) FROM d)
 """)
 DELETE_ROWS_SQL = "SELECT ttl.delete_rows_sql(%s::oid::regclass, %s::oid::regclass, %s, %s)"
-# A range that keeps meeting rows moved to another partition (40001) is retried this
-# many times, then left for the next run.
-MOVED_RETRIES = 3
 
 
 
@@ -250,6 +248,14 @@ def _block_delete_sql(ctx: UnitContext, skip_locked: bool) -> str:
         assert row is not None
         ctx.block_delete[skip_locked] = row[0]
     return ctx.block_delete[skip_locked]
+
+
+def range_delete(ctx: UnitContext) -> sweeps.RangeDelete:
+    """The database's statement deleting a block range (and its SKIP LOCKED form), for a
+    sweep shared with other runs (sweeps.py): statements sized by time alone, each one
+    transaction, as a group of ranges here is; rows counted as selected when deleted,
+    as a ctid sweep here counts them."""
+    return sweeps.RangeDelete("delete", _block_delete_sql(ctx, False), _block_delete_sql(ctx, True), None, False)
 
 
 def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool = False,

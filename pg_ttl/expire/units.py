@@ -30,7 +30,8 @@ from psycopg import sql
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
 
 CHILDREN = """
-SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartbound, 0), i.inhdetachpending
+SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartbound, 0), i.inhdetachpending,
+       c.relpages
   FROM pg_catalog.pg_inherits i
   JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -74,6 +75,7 @@ class Unit:
     # an archive unit: the storage tier (position) every row of this range partition has
     # reached, so it is exported whole, then dropped or detached (tiers/exports.py); None: row ranges
     tier: int | None = None
+    pages: int = 0  # its size in blocks as of its last VACUUM or ANALYZE (pg_class.relpages)
 
     @property
     def name(self) -> str:
@@ -227,7 +229,7 @@ def _adds_months(conn: psycopg.Connection[Any], expression: str) -> bool:
 
 def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> list[Unit]:
     if policy.relkind != "p":
-        return [Unit(policy.relid, policy.schema, policy.relname, "delete")]
+        return [Unit(policy.relid, policy.schema, policy.relname, "delete", pages=policy.pages)]
     units: list[Unit] = []
     _walk(conn, policy, pred, policy.relid, sql.Identifier(policy.schema, policy.relname), units)
     return units
@@ -245,8 +247,8 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     expired_bounds: set[str] = set()
     unexpired_bounds: set[str] = set()
     if on_ttl_column and policy.expression is None:
-        uppers = [u for u in (upper_bound(b) for *_, b, _p in children) if u is not None]
-        lowers = [v for v in (lower_bound(b) for *_, b, _p in children) if v is not None] \
+        uppers = [u for u in (upper_bound(b) for *_, b, _p, _n in children) if u is not None]
+        lowers = [v for v in (lower_bound(b) for *_, b, _p, _n in children) if v is not None] \
             if not policy.has_column_ttls else []
         if uppers or lowers:
             for kind, value, judged in conn.execute(JUDGE_BOUNDS, {"t": policy.relid, "c": pred.cutoff,
@@ -260,10 +262,10 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     if leaves and policy.expression is not None and not on_ttl_column:
         written_out = {int(r[0]) for r in conn.execute(
             "SELECT ttl.partitions_expired(%s, %s::oid[], %s)", (policy.relid, leaves, pred.cutoff))}
-    for oid, schema, relname, relkind, bound, pending in children:
+    for oid, schema, relname, relkind, bound, pending, pages in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
-        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, bound=bound)
+        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, bound=bound, pages=int(pages))
         if pending:
             # Ours to finish only when this policy detaches (a run was interrupted
             # between DETACH ... CONCURRENTLY's two transactions); else leave it.

@@ -43,7 +43,8 @@ SELECT pg_catalog.pg_is_in_recovery(),
                    'cron', p.job_cron,
                    'override', p.job_cron_override,
                    'paused', p.paused,
-                   'partitioned', c.relkind = 'p',
+                   -- several workers split its units: partitions, or a big table's ranges
+                   'shared', c.relkind = 'p' OR c.relpages >= ttl.shared_sweep_blocks(),
                    'running', r.relid IS NOT NULL,
                    'due', CASE WHEN s.started_at >= p.created_at THEN s.due_at END,
                    'interrupted', s.started_at >= p.created_at AND s.finished_at IS NULL,
@@ -163,7 +164,7 @@ class Rounds:
         self.scheduler.min_interval = min_interval
         entries = [Entry(relid=int(p["relid"]), table=str(p["table"]), qualified=str(p["qualified"]),
                          cron=str(p["cron"]), override=bool(p["override"]), paused=bool(p["paused"]),
-                         partitioned=bool(p["partitioned"]), running_elsewhere=bool(p["running"]),
+                         shared=bool(p["shared"]), running_elsewhere=bool(p["running"]),
                          interrupted=bool(p["interrupted"]), manual_run_at=_parse_ts(p["manual_run_at"]),
                          refused=self._refusal(p), last_due=_parse_ts(p["due"])) for p in policies]
         added, removed = self.scheduler.sync(entries)

@@ -92,7 +92,7 @@ class Entry:
     paused: bool = False
     last_due: datetime | None = None     # latest tick any worker started (ttl.worker_schedule)
     skipped_due: datetime | None = None  # latest tick this worker decided about (ran, joined, skipped, found done)
-    partitioned: bool = False
+    shared: bool = False                 # workers split its units: partitions, or a big table's ranges
     running_elsewhere: bool = False      # another worker holds the run lock (its round may be joined)
     interrupted: bool = False            # the latest round never finished (resumed when nobody is at it)
     running: bool = False
@@ -159,7 +159,7 @@ class Scheduler:
                 continue
             old.table, old.qualified, old.cron = row.table, row.qualified, row.cron
             old.override, old.paused, old.error = row.override, row.paused, row.error
-            old.partitioned, old.running_elsewhere = row.partitioned, row.running_elsewhere
+            old.shared, old.running_elsewhere = row.shared, row.running_elsewhere
             old.interrupted, old.manual_run_at, old.refused = row.interrupted, row.manual_run_at, row.refused
             # Another worker may have run it meanwhile: the catalog's tick only moves forward.
             if row.last_due is not None and (old.last_due is None or row.last_due > old.last_due):
@@ -170,14 +170,14 @@ class Scheduler:
 
     @staticmethod
     def joinable(e: Entry) -> bool:
-        """The latest round needs this worker: another worker runs it on a partitioned table and this
-        worker has not decided about it (take part: the engine's claims split the partitions), or it was
-        interrupted and nobody is at it (take it up again)."""
+        """The latest round needs this worker: another worker runs it on a table whose units workers
+        split (partitions, a big table's ranges) and this worker has not decided about it (take part:
+        the engine's claims split them), or it was interrupted and nobody is at it (take it up again)."""
         if e.last_due is None:
             return False
         if e.interrupted and not e.running_elsewhere:
             return True
-        return e.partitioned and e.running_elsewhere and (e.skipped_due is None or e.skipped_due < e.last_due)
+        return e.shared and e.running_elsewhere and (e.skipped_due is None or e.skipped_due < e.last_due)
 
     def due(self, now: datetime) -> list[tuple[Entry, datetime]]:
         """Tables due now with the tick each run is for, oldest tick first."""

@@ -63,12 +63,12 @@ def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred:
     children = conn.execute(CHILDREN, (relid,)).fetchall()
     tier_of: dict[str, int] = {}
     if on_column:
-        uppers = [u for u in (upper_bound(b) for *_, b, _p in children) if u is not None]
+        uppers = [u for u in (upper_bound(b) for *_, b, _p, _n in children) if u is not None]
         if uppers:
             tier_of = {str(u): int(k) for u, k in conn.execute(
                 "SELECT u, ttl.partition_tier(%s, %s, u) FROM pg_catalog.unnest(%s::text[]) u",
                 (policy.relid, pred.cutoff, uppers)) if k is not None and int(k) in whole_tiers}
-    for oid, schema, relname, relkind, bound, pending in children:
+    for oid, schema, relname, relkind, bound, pending, _pages in children:
         if relkind not in ("r", "p") or pending:
             continue  # a foreign table, or one being detached: its leaves stay units of their own
         upper = upper_bound(bound) if on_column else None
