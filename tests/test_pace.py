@@ -262,7 +262,7 @@ def test_a_replica_behind_slows_the_engine_down() -> None:
         dsn = primary.create_database("lagdb")
         install.upgrade(dsn)
         with psycopg.connect(dsn) as db:
-            _big_table(db)
+            _big_table(db, rows=4 * ROWS)  # a pass of several decisions at full speed
             db.execute("UPDATE ttl.settings SET value = '1MB' WHERE name = 'throttle_replica_lag'")
             db.commit()
         standby = standby_of(primary)
@@ -285,7 +285,7 @@ def test_a_replica_behind_slows_the_engine_down() -> None:
         assert "of WAL to replay" in res.pace.describe()
         assert pace.rested > 0
         with psycopg.connect(dsn) as db:  # what it did delete is gone, the rest waits for the next run
-            assert db.execute("SELECT count(*) FROM t").fetchone() == (ROWS + 1000 - res.rows_deleted,)
+            assert db.execute("SELECT count(*) FROM t").fetchone() == (4 * ROWS + 1000 - res.rows_deleted,)
     finally:
         if standby is not None:
             standby.cleanup()

@@ -215,3 +215,28 @@ def test_a_bad_row_range_bytes_is_refused(conn: Conn, value: str) -> None:
     with pytest.raises(psycopg.Error):
         conn.execute("UPDATE ttl.settings SET value = %s WHERE name = 'row_range_bytes'", (value,))
     assert conn.execute("SELECT value FROM ttl.settings WHERE name = 'row_range_bytes'").fetchone() == ("64kB",)
+
+
+def test_a_rate_limited_sweep_keeps_each_transaction_to_delete_batch_size(conn: Conn, dsn: str) -> None:
+    """Waits come between transactions: a paced sweep (a rate limit here, the throttle
+    alike) deletes about delete_batch_size rows a transaction, not ~50 ms' worth."""
+    expired = _fill(conn, 20000)
+    conn.execute("UPDATE ttl.settings SET value = '1MB' WHERE name = 'row_range_bytes'")  # ranges of 128 blocks
+    conn.execute("SELECT ttl.set_options('events', %s)",
+                 ('{"delete_batch_size": "200", "delete_rate_limit": "200000"}',))
+    batches: list[int] = []
+
+    class Batches:
+        def unit_started(self, *a: Any) -> None:
+            pass
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            batches.append(deleted)
+
+        def unit_finished(self, result: Any) -> None:
+            pass
+
+    [res] = expire(dsn, ["events"], progress=Batches())
+    assert res.status == "ok" and res.rows_deleted == expired and _strategies(conn)[-1][1] == "ranges"
+    assert sum(batches) == expired and len(batches) >= expired // 250
+    assert max(batches) <= 250, batches  # about 200 (the density estimate is off by a block at most)

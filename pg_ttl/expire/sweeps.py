@@ -337,7 +337,10 @@ def _sweep_range(ctx: UnitContext, how: RangeDelete, range_no: int, block: int, 
             ctx.delete_limiter.add(deleted)
             blocks = hi - block
             by_time = blocks * STATEMENT_SECONDS / took
-            by_rows = how.max_rows * blocks / deleted if deleted and how.max_rows else float("inf")
+            # A rate limit or the throttle slowing the pass: waits come between transactions,
+            # so each is kept to delete_batch_size rows (other sessions wait less on each).
+            max_rows = how.max_rows or (ctx.policy.delete_batch_size if ctx.delete_limiter.paced else None)
+            by_rows = max_rows * blocks / deleted if deleted and max_rows else float("inf")
             step = max(1, int(min(by_time, by_rows, blocks * 4)))
             block = hi
     finally:
