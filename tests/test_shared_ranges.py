@@ -118,7 +118,8 @@ def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, ds
         def unit_finished(self, result: Any) -> None:
             pass
 
-    conn.execute("SELECT ttl.set_option('events', 'delete_batch_size', '50')")  # the first DELETEs: ~2 blocks
+    # DELETEs of ~50 rows (~2 blocks: a rate limit keeps them to delete_batch_size), 4 a range
+    conn.execute("SELECT ttl.set_options('events', %s)", ('{"delete_batch_size": "50", "delete_rate_limit": "1000000"}',))
     [first] = expire(dsn, ["events"], stop=stop, progress=StopAfterNine())
     assert first.status == "partial" and 0 < first.rows_deleted < expired
     ranges = conn.execute(RANGES, (first.run_id,)).fetchall()

@@ -133,6 +133,7 @@ class Sweep:
     blocks: int
     range_blocks: int
     claimed: int | None = None  # the range this run claimed when it began the sweep
+    step: int | None = None  # blocks this run's next DELETE covers, as the last ones took (None: not yet)
 
     @property
     def ranges(self) -> int:
@@ -302,7 +303,7 @@ def _claim_and_sweep(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no:
                                        "first": max(first, int(reached or 0)), "end": end})
         start = max(first, int(reached or 0))
         try:
-            status = _sweep_range(ctx, how, range_no, start, end, per_block)
+            status = _sweep_range(ctx, how, sweep, range_no, start, end, per_block)
         except BaseException as exc:
             if not conn.broken:
                 with contextlib.suppress(psycopg.Error):
@@ -317,10 +318,14 @@ def _claim_and_sweep(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no:
             conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s, %s)", key)
 
 
-def _sweep_range(ctx: UnitContext, how: RangeDelete, range_no: int, block: int, end: int, per_block: float) -> str:
+def _sweep_range(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no: int, block: int, end: int,
+                 per_block: float) -> str:
     """Blocks [block, end) of the unit, one DELETE per transaction, each sized toward
-    STATEMENT_SECONDS (and ``max_rows`` deleted rows) from what the last ones took."""
-    step = max(1, math.ceil((how.max_rows or ctx.policy.delete_batch_size) / per_block))  # as if every row went
+    STATEMENT_SECONDS (and ``max_rows`` deleted rows) from what the last ones took, in
+    this range or the run's earlier ones."""
+    if sweep.step is None:  # the run's first DELETE: as if every row went
+        sweep.step = max(1, math.ceil((how.max_rows or ctx.policy.delete_batch_size) / per_block))
+    step = sweep.step
     # The range's DELETEs run under the short row_lock_timeout (set once, not per statement).
     set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
     try:
@@ -341,7 +346,9 @@ def _sweep_range(ctx: UnitContext, how: RangeDelete, range_no: int, block: int, 
             # so each is kept to delete_batch_size rows (other sessions wait less on each).
             max_rows = how.max_rows or (ctx.policy.delete_batch_size if ctx.delete_limiter.paced else None)
             by_rows = max_rows * blocks / deleted if deleted and max_rows else float("inf")
-            step = max(1, int(min(by_time, by_rows, blocks * 4)))
+            # (a range's last DELETE may be cut short by its end: it does not shrink the next)
+            if hi < end or blocks >= step:
+                step = sweep.step = max(1, int(min(by_time, by_rows, blocks * 4)))
             block = hi
     finally:
         set_lock_timeout(ctx, ctx.settings.lock_timeout)
