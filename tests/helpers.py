@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from pg_ttl.expire.context import NullProgress
 from pg_ttl.localserver import LocalServer
 
 ENGINE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
@@ -103,3 +105,15 @@ def standby_of(primary: LocalServer) -> LocalServer:
     standby.settings = {"hot_standby": "on", "log_statement": "none"}
     standby.start()
     return standby
+
+
+class StopAfter(NullProgress):
+    """Sets ``stop`` after ``n`` committed ranges, like SIGTERM in the worker."""
+
+    def __init__(self, stop: threading.Event, n: int) -> None:
+        self.stop, self.n, self.seen = stop, n, 0
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        self.seen += 1
+        if self.seen >= self.n:
+            self.stop.set()

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
-from tests.helpers import catalog_state
+from tests.helpers import StopAfter, catalog_state
 
 Conn = psycopg.Connection[Any]
 
@@ -308,21 +308,7 @@ def test_a_stopped_pass_resumes_from_its_checkpoint(conn: Conn, dsn: str) -> Non
                  " delete_batch_size => 200, range_bytes => 262144)")
     stop = threading.Event()
 
-    class StopAfterSeven:
-        n = 0
-
-        def unit_started(self, *a: Any) -> None:
-            pass
-
-        def batch_done(self, *a: Any) -> None:
-            self.n += 1
-            if self.n == 7:
-                stop.set()
-
-        def unit_finished(self, result: Any) -> None:
-            pass
-
-    [first] = expire(dsn, ["data"], stop=stop, progress=StopAfterSeven())
+    [first] = expire(dsn, ["data"], stop=stop, progress=StopAfter(stop, 7))
     assert first.status == "partial" and 0 < first.orphans_deleted < 20000
     ranges = conn.execute(RANGES, (first.run_id,)).fetchall()
     # ranges of 32 blocks (256 kB), done in order; the last one stopped part-way (about 6

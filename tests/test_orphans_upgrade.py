@@ -13,6 +13,7 @@ import psycopg
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
+from tests.helpers import StopAfter
 
 TABLES = """
 CREATE TABLE metadata (hash text PRIMARY KEY);
@@ -53,21 +54,7 @@ def test_orphan_policies_at_0013_work_after_the_upgrade(pg_local: LocalServer) -
         # a sweep in progress: a pass stopped part-way, its ranges and run history recorded
         stop = threading.Event()
 
-        class StopAfterFive:
-            n = 0
-
-            def unit_started(self, *a: Any) -> None:
-                pass
-
-            def batch_done(self, *a: Any) -> None:
-                self.n += 1
-                if self.n == 5:
-                    stop.set()
-
-            def unit_finished(self, result: Any) -> None:
-                pass
-
-        [first] = expire(db, ["data"], stop=stop, progress=StopAfterFive())
+        [first] = expire(db, ["data"], stop=stop, progress=StopAfter(stop, 5))
         assert first.status == "partial" and 0 < first.orphans_deleted < 15000
         last = conn.execute("SELECT range_no, next_block, end_block, status FROM ttl.block_range"
                             " ORDER BY range_no DESC LIMIT 1").fetchone()

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
+from tests.helpers import StopAfter
 
 Conn = psycopg.Connection[Any]
 
@@ -104,23 +105,10 @@ def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, ds
     expired = _fill(conn, 20000)
     stop = threading.Event()
 
-    class StopAfterNine:
-        n = 0
-
-        def unit_started(self, *a: Any) -> None:
-            pass
-
-        def batch_done(self, *a: Any) -> None:
-            self.n += 1
-            if self.n == 9:
-                stop.set()
-
-        def unit_finished(self, result: Any) -> None:
-            pass
-
     # DELETEs of ~50 rows (~2 blocks: a rate limit keeps them to delete_batch_size), 4 a range
-    conn.execute("SELECT ttl.set_options('events', %s)", ('{"delete_batch_size": "50", "delete_rate_limit": "1000000"}',))
-    [first] = expire(dsn, ["events"], stop=stop, progress=StopAfterNine())
+    conn.execute("SELECT ttl.set_options('events', %s)",
+                 ('{"delete_batch_size": "50", "delete_rate_limit": "1000000"}',))
+    [first] = expire(dsn, ["events"], stop=stop, progress=StopAfter(stop, 9))
     assert first.status == "partial" and 0 < first.rows_deleted < expired
     ranges = conn.execute(RANGES, (first.run_id,)).fetchall()
     assert all(r[5] == "ok" and r[4] == r[3] for r in ranges[:-1])

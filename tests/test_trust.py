@@ -19,7 +19,7 @@ import pytest
 
 from pg_ttl.expire import expire, plan
 from pg_ttl.expire.context import NullProgress, UnitResult
-from tests.helpers import catalog_state
+from tests.helpers import StopAfter, catalog_state
 
 C = datetime(2026, 3, 31, 0, 0, tzinfo=UTC)
 
@@ -226,18 +226,6 @@ def test_non_owner_call_run_is_refused_and_leaves_nothing(db: psycopg.Connection
 
 
 # -- resume ------------------------------------------------------------------------
-
-class StopAfter(NullProgress):
-    """Sets ``stop`` after ``n`` committed ranges, like SIGTERM in the worker."""
-
-    def __init__(self, stop: threading.Event, n: int) -> None:
-        self.stop, self.n, self.seen = stop, n, 0
-
-    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
-        self.seen += 1
-        if self.seen >= self.n:
-            self.stop.set()
-
 
 def _last_unit(db: psycopg.Connection[Any]) -> tuple[Any, ...]:
     row = db.execute("SELECT status, checkpoint, resumed_from, strategy FROM ttl.run_unit "
