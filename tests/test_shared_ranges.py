@@ -5,6 +5,7 @@ them; a killed run's range is taken up at the block its last DELETE reached."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -101,7 +102,7 @@ def test_two_runs_at_once_split_a_big_tables_ranges(conn: Conn, dsn: str) -> Non
                         " FROM events").fetchone() == (20000 - expired, 20000 - expired)
 
 
-def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, dsn: str) -> None:
+def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, dsn: str, cli: Any) -> None:
     expired = _fill(conn, 20000)
     stop = threading.Event()
 
@@ -120,6 +121,15 @@ def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, ds
                         " FROM events WHERE created_at < now() - interval '30 days'",
                         {"at": f"({stopped[4]},0)"}).fetchone()
     assert left == (0, expired - first.rows_deleted)
+    # pg-ttl status shows the sweep left part-way
+    total = conn.execute("SELECT max(-(-sweep_blocks / range_blocks)) FROM ttl.block_range").fetchone()
+    assert total is not None and total[0] > len(ranges)
+    shown = cli("status", "events", "--json", "--no-estimates", "--dsn", dsn)
+    assert shown.returncode == 0, shown.stderr
+    [table] = json.loads(shown.stdout)["tables"]
+    assert table["row_sweep"] == {"ranges": total[0], "done": len(ranges) - 1, "running": 0}
+    shown = cli("status", "events", "--no-estimates", "--dsn", dsn)
+    assert f"events: rows swept in shared ranges, {len(ranges) - 1}/{total[0]} ranges done" in shown.stdout
     [second] = expire(dsn, ["events"])
     resumed = conn.execute(RANGES, (second.run_id,)).fetchall()
     # the next run starts in the range the first stopped in, at the block it reached, and
@@ -129,6 +139,8 @@ def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, ds
     assert second.status == "ok" and first.rows_deleted + second.rows_deleted == expired
     assert conn.execute("SELECT count(*) FROM events WHERE created_at < now() - interval '30 days'"
                         ).fetchone() == (0,)
+    shown = cli("status", "events", "--json", "--no-estimates", "--dsn", dsn)
+    assert json.loads(shown.stdout)["tables"][0]["row_sweep"] is None  # finished
 
 
 def test_a_killed_run_is_taken_up_by_the_next_at_its_checkpoint(conn: Conn, dsn: str) -> None:

@@ -171,6 +171,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 *((_fmt_archive_backlog(t.archive_backlog),) if tiered else ()))
         console.print(table)
         for t in status.tables:
+            if t.row_sweep is not None:
+                sweep = t.row_sweep
+                console.print(f"{t.table}: rows swept in shared ranges, {sweep['done']}/{sweep['ranges']} ranges done"
+                              + (f", {sweep['running']} being worked on" if sweep["running"] else "")
+                              + (" (unfinished: the next run takes it up)" if not sweep["running"] else ""),
+                              markup=False, highlight=False)
             if t.orphans is not None:
                 console.print(f"{t.table}: orphans {_fmt_orphans(t.orphans)}", markup=False, highlight=False)
             for skip in t.skipped_by:

@@ -134,6 +134,9 @@ class TableStatus:
     queue_backlog: list[ShardBacklog] = field(default_factory=list)
     # The orphan policy's sweep (None: the table has none; docs/orphans.md).
     orphans: OrphanSweep | None = None
+    # A sweep of its rows in shared ranges not finished yet, over its partitions (None: none;
+    # docs/expiring.md): {"ranges": all of them, "done": finished, "running": being worked on}.
+    row_sweep: dict[str, int] | None = None
 
 
 @dataclass
@@ -360,12 +363,42 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
             else:
                 backlog_rows = 0 if exact else None
         sweep = orphan_sweep(conn, entry.relid) if r["has_orphans"] else None
+        rows_swept = row_sweep(conn, entry.relid)
         status.tables.append(TableStatus(
             table=entry.table, job_cron=entry.cron, paused=entry.paused, running=int(r["running_workers"]) > 0,
             last_run=last, next_run=sched.next_run(entry, now), backlog=backlog_rows, lag_seconds=lag,
             oldest_expired=oldest, schedule_error=entry.error, backlog_exact=exact, skipped_by=r["skipped_by"] or [],
-            archive_backlog=to_archive, queue_backlog=shards, orphans=sweep))
+            archive_backlog=to_archive, queue_backlog=shards, orphans=sweep, row_sweep=rows_swept))
     return status
+
+
+# The latest sweep of each unit of a table's row expiry in shared ranges (ttl.block_range,
+# work 'delete'), summed over its units, when one of them is not finished: its ranges, those
+# done (or given up after RANGE_ATTEMPTS failures), those being worked on. (Ranges no run
+# has begun yet have no row: done < ranges.)
+ROW_SWEEP = """
+SELECT sum(u.ranges)::int, sum(u.done)::int, sum(u.running)::int FROM (
+  SELECT max(g.ranges) AS ranges, count(*) FILTER (WHERE g.ok OR g.failures >= %(attempts)s) AS done,
+         count(*) FILTER (WHERE g.running AND NOT g.ok) AS running
+    FROM (SELECT b.unit_relid, b.range_no, max(-(-b.sweep_blocks / b.range_blocks)) AS ranges,
+                 bool_or(b.status = 'ok') AS ok, bool_or(b.status = 'running') AS running,
+                 count(*) FILTER (WHERE b.status IN ('failed', 'timeout', 'interrupted')) AS failures
+            FROM ttl.block_range b
+           WHERE b.work = 'delete' AND b.run_id IN (SELECT r.run_id FROM ttl.run r WHERE r.relid = %(t)s)
+             AND b.sweep = (SELECT max(x.sweep) FROM ttl.block_range x
+                             WHERE x.unit_relid = b.unit_relid AND x.work = 'delete')
+           GROUP BY b.unit_relid, b.range_no) g
+   GROUP BY g.unit_relid) u
+HAVING bool_or(u.done < u.ranges)
+"""
+
+
+def row_sweep(conn: psycopg.Connection[Any], relid: int) -> dict[str, int] | None:
+    """Where the table's unfinished sweep in shared ranges stands (None: none unfinished)."""
+    from pg_ttl.expire.sweeps import RANGE_ATTEMPTS
+
+    row = conn.execute(ROW_SWEEP, {"t": relid, "attempts": RANGE_ATTEMPTS}).fetchone()
+    return None if row is None else {"ranges": int(row[0]), "done": int(row[1]), "running": int(row[2])}
 
 
 def orphan_sweep(conn: psycopg.Connection[Any], relid: int) -> OrphanSweep | None:
