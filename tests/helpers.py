@@ -117,3 +117,16 @@ class StopAfter(NullProgress):
         self.seen += 1
         if self.seen >= self.n:
             self.stop.set()
+
+
+class Together(NullProgress):
+    """Holds each run after its first committed range until every run sharing ``barrier``
+    got that far: runs started together overlap."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self.barrier, self.first = barrier, True
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        if self.first:
+            self.first = False
+            self.barrier.wait()

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
-from tests.helpers import StopAfter, catalog_state
+from tests.helpers import StopAfter, Together, catalog_state
 
 Conn = psycopg.Connection[Any]
 
@@ -461,25 +461,11 @@ def test_two_engines_split_the_ranges_of_one_table(conn: Conn, dsn: str) -> None
                  " delete_batch_size => 200, range_bytes => 65536)")
     barrier = threading.Barrier(2, timeout=60)
 
-    class Together:
-        first = True
-
-        def unit_started(self, *a: Any) -> None:
-            pass
-
-        def batch_done(self, *a: Any) -> None:
-            if self.first:
-                self.first = False
-                barrier.wait()
-
-        def unit_finished(self, result: Any) -> None:
-            pass
-
     row = conn.execute("SELECT now()").fetchone()
     assert row is not None
     results: list[Any] = []
     engines = [threading.Thread(target=lambda: results.extend(expire(dsn, ["data"], cutoff=row[0],
-                                                                     progress=Together())))
+                                                                     progress=Together(barrier))))
                for _ in range(2)]
     for t in engines:
         t.start()

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
-from tests.helpers import StopAfter
+from tests.helpers import StopAfter, Together
 
 Conn = psycopg.Connection[Any]
 
@@ -66,22 +66,8 @@ def test_two_runs_at_once_split_a_big_tables_ranges(conn: Conn, dsn: str) -> Non
     conn.execute(SLOW_DELETES)
     barrier = threading.Barrier(2, timeout=60)
 
-    class Together:
-        first = True
-
-        def unit_started(self, *a: Any) -> None:
-            pass
-
-        def batch_done(self, *a: Any) -> None:
-            if self.first:  # both at work before either goes on
-                self.first = False
-                barrier.wait()
-
-        def unit_finished(self, result: Any) -> None:
-            pass
-
     results: list[Any] = []
-    runs = [threading.Thread(target=lambda: results.extend(expire(dsn, ["events"], progress=Together())))
+    runs = [threading.Thread(target=lambda: results.extend(expire(dsn, ["events"], progress=Together(barrier))))
             for _ in range(2)]
     for t in runs:
         t.start()
