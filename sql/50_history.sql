@@ -209,7 +209,18 @@ AS $fn$
     SELECT (x'74746C00'::bigint << 32) | unit::bigint
 $fn$;
 
--- The caller's claim on a unit released: shared (orphans, shared ranges) or not; NULL: as the
+-- Is a unit's claim for this work shared? Orphan units, and units of row expiry swept
+-- in shared block ranges (strategy 'ranges'), share theirs: several runs split the
+-- unit's ranges, each range claimed on its own (pg_ttl/expire/sweeps.py); other work
+-- excludes them.
+CREATE OR REPLACE FUNCTION ttl._claim_shared(unit_action text, strategy text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT unit_action = 'orphans' OR strategy IS NOT DISTINCT FROM 'ranges'
+$fn$;
+
+-- The caller's claim on a unit released: shared (ttl._claim_shared) or not; NULL: as the
 -- caller holds it (a unit that failed before its history row was written).
 CREATE OR REPLACE FUNCTION ttl._release_claim(unit oid, shared boolean) RETURNS void
 LANGUAGE plpgsql
@@ -249,10 +260,7 @@ DECLARE
     reason text;
     claimed boolean;
 BEGIN
-    -- Orphan units, and units of row expiry swept in shared block ranges (strategy
-    -- 'ranges'), share their claim: several runs split the unit's ranges, each range
-    -- claimed on its own (pg_ttl/expire/sweeps.py); other work excludes them.
-    IF unit_action = 'orphans' OR strategy = 'ranges' THEN
+    IF ttl._claim_shared(unit_action, strategy) THEN
         claimed := pg_try_advisory_lock_shared(ttl._claim_key(unit));
     ELSE
         claimed := pg_try_advisory_lock(ttl._claim_key(unit));
@@ -278,7 +286,7 @@ BEGIN
             reason := 'the partition was dropped during the run';
         END IF;
         IF reason IS NOT NULL THEN
-            PERFORM ttl._release_claim(unit, unit_action = 'orphans' OR strategy IS NOT DISTINCT FROM 'ranges');
+            PERFORM ttl._release_claim(unit, ttl._claim_shared(unit_action, strategy));
         END IF;
     END IF;
     IF reason IS NOT NULL THEN
@@ -300,7 +308,7 @@ BEGIN
     IF finish THEN
         PERFORM ttl._finish_unit(run, unit, unit_status, unit_error);
     END IF;
-    PERFORM ttl._release_claim(unit, (SELECT u.action = 'orphans' OR u.strategy IS NOT DISTINCT FROM 'ranges'
+    PERFORM ttl._release_claim(unit, (SELECT ttl._claim_shared(u.action, u.strategy)
                                         FROM ttl.run_unit u WHERE u.run_id = run AND u.unit_relid = unit));
 END
 $fn$;

@@ -47,14 +47,23 @@ BEGIN
 END
 $fn$;
 
+-- The row_range_bytes setting in blocks: the size of a shared sweep's ranges
+-- (pg_ttl/expire/sweeps.py); 0: row expiry is never shared.
+CREATE OR REPLACE FUNCTION ttl.row_range_blocks() RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce((SELECT pg_size_bytes(s.value) / current_setting('block_size')::int8
+                       FROM ttl.settings s WHERE s.name = 'row_range_bytes'), 0)
+$fn$;
+
 -- From how many blocks (pg_class.relpages: the size as of the last VACUUM or ANALYZE)
 -- a table's row expiry in ctid order is shared range by range by the runs at work on
--- it at once (pg_ttl/expire/sweeps.py), and workers join a round another worker is
--- running on it: two ranges of the row_range_bytes setting. NULL when that is 0 (never).
+-- it at once, and workers join a round another worker is running on it: two ranges of
+-- row_range_bytes. NULL when that is 0 (never).
 CREATE OR REPLACE FUNCTION ttl.shared_sweep_blocks() RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT nullif(2 * (pg_size_bytes(s.value) / current_setting('block_size')::int8), 0)
-      FROM ttl.settings s WHERE s.name = 'row_range_bytes'
+    SELECT nullif(2 * ttl.row_range_blocks(), 0)
 $fn$;

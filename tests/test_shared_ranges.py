@@ -108,7 +108,7 @@ def test_a_stopped_run_is_resumed_where_its_last_delete_committed(conn: Conn, ds
                         {"at": f"({stopped[4]},0)"}).fetchone()
     assert left == (0, expired - first.rows_deleted)
     # pg-ttl status shows the sweep left part-way
-    total = conn.execute("SELECT max(-(-sweep_blocks / range_blocks)) FROM ttl.block_range").fetchone()
+    total = conn.execute("SELECT max(ceil(sweep_blocks::numeric / range_blocks))::int FROM ttl.block_range").fetchone()
     assert total is not None and total[0] > len(ranges)
     shown = cli("status", "events", "--json", "--no-estimates", "--dsn", dsn)
     assert shown.returncode == 0, shown.stderr

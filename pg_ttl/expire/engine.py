@@ -144,9 +144,7 @@ class Engine:
                                # the size as PostgreSQL reads it ('256MB', '1 GB')
                                "(SELECT pg_catalog.pg_size_bytes(s.value) FROM ttl.settings s "
                                " WHERE s.name = 'throttle_replica_lag'), "
-                               "(SELECT pg_catalog.pg_size_bytes(s.value) "
-                               "        / pg_catalog.current_setting('block_size')::int8 FROM ttl.settings s "
-                               " WHERE s.name = 'row_range_bytes'), ttl.shared_sweep_blocks()",
+                               "ttl.row_range_blocks(), ttl.shared_sweep_blocks()",
                                (cutoff,)).fetchone()
             assert row is not None
             if row[1]:

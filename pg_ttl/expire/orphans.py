@@ -100,13 +100,15 @@ def orphan_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Un
 
 # -- execution: a sweep of block ranges, claimed range by range (sweeps.py) -------------
 
-# The blocks of one unit, its rows per block as of the last ANALYZE, and the policy's
-# range_bytes in blocks.
+# The policy's range_bytes in blocks.
+RANGE_BLOCKS = """
+(SELECT o.range_bytes / pg_catalog.current_setting('block_size')::int8 FROM ttl.orphan_policy o
+  WHERE o.relid = %(policy)s)
+"""
+# The blocks of one unit, and the policy's range_bytes in blocks.
 SIZE = """
 SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8,
-       CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 100 END,
-       (SELECT o.range_bytes FROM ttl.orphan_policy o WHERE o.relid = %(policy)s)
-         / pg_catalog.current_setting('block_size')::int8
+       """ + RANGE_BLOCKS + """
   FROM pg_catalog.pg_class c WHERE c.oid = %(unit)s
 """
 
@@ -117,12 +119,12 @@ def delete_orphans(ctx: UnitContext) -> str:
     conn = ctx.conn
     # Without an age column: a sample of the table's xid clock for later runs (as its
     # owner), and nothing to do while no sample is min_age old.
-    row = conn.execute("SELECT ttl.xid_clock_tick(%(t)s), ttl.orphans_waiting(%(t)s, %(cutoff)s)",
-                       {"t": ctx.policy.relid, "cutoff": ctx.pred.cutoff}).fetchone()
-    if row is not None and row[1] is not None:
+    row = conn.execute("SELECT ttl.xid_clock_tick(%(policy)s), ttl.orphans_waiting(%(policy)s, %(cutoff)s), "
+                       + RANGE_BLOCKS, {"policy": ctx.policy.relid, "cutoff": ctx.pred.cutoff}).fetchone()
+    assert row is not None
+    if row[1] is not None:
         return "ok"
-    row = conn.execute(SIZE, {"unit": ctx.unit.relid, "policy": ctx.policy.relid}).fetchone()
-    if row is None or row[0] is None or row[2] is None:
+    if row[2] is None:
         raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
     return sweeps.run(ctx, range_delete(ctx), int(row[2]))
 
@@ -175,9 +177,9 @@ def estimate_ranges(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: P
     the orphan condition: call it as the table's owner. Reads at most SAMPLE_BLOCKS
     blocks a range, never a scan of the unit."""
     row = conn.execute(SIZE, {"unit": unit.relid, "policy": policy.relid}).fetchone()
-    if row is None or row[0] is None or row[2] is None:
+    if row is None or row[0] is None or row[1] is None:
         return []
-    nblocks, range_blocks = int(row[0]), max(1, int(row[2]))
+    nblocks, range_blocks = int(row[0]), max(1, int(row[1]))
     bs = conn.execute("SELECT pg_catalog.current_setting('block_size')::int").fetchone()
     per_page = (int(bs[0]) - 24) // 28 if bs else 291  # MaxHeapTuplesPerPage
     ranges: list[tuple[int, int, list[int]]] = []
@@ -244,7 +246,7 @@ def report(conn: psycopg.Connection[Any], tables: list[int] | None, estimate: bo
             assert row is not None
             units = orphan_units(conn, policy)
             rep = OrphanReport(policy.name, str(row[0]), str(row[1]), row[2], row[3],
-                               [sweeps.sweep_state(conn, u, "orphans") for u in units], {})
+                               [sweeps.sweep_state(conn, u.relid, u.name, "orphans") for u in units], {})
             if estimate:
                 pred = orphan_predicate(conn, policy, cutoff)
                 owner.become(conn, policy.owner, policy.name, local=True)

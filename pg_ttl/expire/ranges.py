@@ -204,11 +204,7 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
     if last is None or last[0] is None:
         return
     end = _block_of(str(last[0])) + 1
-    size = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-    if size is None:  # dropped since the unit was listed
-        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
-    reltuples, relpages = float(size[1]), int(size[2])
-    per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
+    _, per_block = unit_size(ctx)
     sbs = ctx.policy.select_batch_size
     base = max(1, math.ceil(sbs / per_block))
     blocks, lo, block = base, start, _block_of(start)
@@ -235,6 +231,18 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
             yield chunks
 
 
+def unit_size(ctx: UnitContext) -> tuple[int, float]:
+    """The unit's blocks and its rows per block as of its last ANALYZE (100 if never
+    analyzed): as read a moment ago with its strategy (rows.choose_strategy), else now."""
+    if ctx.size is None:
+        row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
+        if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
+            raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
+        ctx.size = (int(row[0]), float(row[1]), int(row[2]))
+    nblocks, reltuples, relpages = ctx.size
+    return nblocks, (reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0)
+
+
 def ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
     """Block ranges, selected without reading a row: each select batch is the next
     ~select_batch_size rows' worth of blocks, and each phase-2 range a part of it
@@ -243,14 +251,7 @@ def ctid_batches(ctx: UnitContext) -> Iterator[Iterator[Chunk]]:
     count candidates first) would double the cost of a raw DELETE.
     """
     policy = ctx.policy
-    if ctx.size is not None:  # read a moment ago, as the unit's strategy was chosen
-        nblocks, reltuples, relpages = ctx.size
-    else:
-        row = ctx.conn.execute(SIZE, (ctx.unit.relid,)).fetchone()
-        if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
-            raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
-        nblocks, reltuples, relpages = int(row[0]), float(row[1]), int(row[2])
-    per_block = reltuples / relpages if relpages > 0 and reltuples > 0 else 100.0
+    nblocks, per_block = unit_size(ctx)
     batch_blocks = max(1, math.ceil(policy.select_batch_size / per_block))
     cp = ctx.checkpoint if (ctx.checkpoint or {}).get("strategy") == "ctid" else None
     # Resume where the last committed range ended, up to the old end (rows that

@@ -28,9 +28,8 @@ from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import MOVED_RETRIES, UnitTimeout, execute, set_lock_timeout
+from pg_ttl.expire.ranges import MOVED_RETRIES, UnitTimeout, execute, set_lock_timeout, unit_size
 from pg_ttl.expire.results import error_text
-from pg_ttl.expire.units import Unit
 
 # How long one DELETE (one transaction, with its counters) should take: orphans cost an
 # index probe of each parent per row (~1 µs), so a statement is sized by time, not only
@@ -140,14 +139,6 @@ class Sweep:
         return -(-self.blocks // self.range_blocks)
 
 
-# The unit's blocks now, and its rows per block as of the last ANALYZE.
-SIZE = """
-SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8,
-       CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 100 END
-  FROM pg_catalog.pg_class c WHERE c.oid = %(unit)s
-"""
-
-
 def run(ctx: UnitContext, how: RangeDelete, range_blocks: int) -> str:
     """Delete in the unit's ranges: join its unfinished sweep of this work (or begin one),
     then claim its ranges one by one, each resumed where an earlier run left it. Ranges
@@ -156,10 +147,7 @@ def run(ctx: UnitContext, how: RangeDelete, range_blocks: int) -> str:
     ones; the first failure is raised at the end (the unit fails, with that error).
     Returns 'ok' or 'partial' (stopped, or a range is held by a run that seems stuck)."""
     conn = ctx.conn
-    row = conn.execute(SIZE, {"unit": ctx.unit.relid}).fetchone()
-    if row is None or row[0] is None:
-        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
-    nblocks, per_block = int(row[0]), float(row[1])
+    nblocks, per_block = unit_size(ctx)
     sweep = _join_sweep(ctx, how.work, nblocks, max(1, range_blocks))
     if sweep is None:
         return "ok"  # this round already swept it
@@ -431,12 +419,12 @@ SELECT u.run_id, u.status, u.finished_at, u.rows_deleted, u.error FROM ttl.run_u
 """
 
 
-def sweep_state(conn: psycopg.Connection[Any], unit: Unit, work: str) -> SweepState:
-    """The unit's latest sweep of this work: ranges done, given up (RANGE_ATTEMPTS
+def sweep_state(conn: psycopg.Connection[Any], unit: int, name: str, work: str) -> SweepState:
+    """Unit ``unit``'s latest sweep of this work: ranges done, given up (RANGE_ATTEMPTS
     failures) with their errors, failing still, being worked on; and its last run's outcome."""
-    state = SweepState(unit.name)
+    state = SweepState(name)
     for range_no, sweep, blocks, range_blocks, started, ok, failures, error, running in conn.execute(
-            SWEEP_RANGES, {"unit": unit.relid, "work": work}).fetchall():
+            SWEEP_RANGES, {"unit": unit, "work": work}).fetchall():
         state.sweep, state.ranges = int(sweep), -(-int(blocks) // int(range_blocks))
         state.started_at = started if state.started_at is None else min(state.started_at, started)
         if ok:
@@ -447,7 +435,7 @@ def sweep_state(conn: psycopg.Connection[Any], unit: Unit, work: str) -> SweepSt
             if failures:
                 state.failing.append((int(range_no), int(failures), error))
             state.running += bool(running)
-    last = conn.execute(LAST_RUN, {"unit": unit.relid, "action": work}).fetchone()
+    last = conn.execute(LAST_RUN, {"unit": unit, "action": work}).fetchone()
     if last is not None:
         state.last_run, state.last_status, state.last_finished_at = int(last[0]), str(last[1]), last[2]
         state.last_deleted, state.last_error = int(last[3]), last[4]

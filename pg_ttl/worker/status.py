@@ -372,33 +372,24 @@ def collect(conn: psycopg.Connection[Any], table: str | None = None, *, now: dat
     return status
 
 
-# The latest sweep of each unit of a table's row expiry in shared ranges (ttl.block_range,
-# work 'delete'), summed over its units, when one of them is not finished: its ranges, those
-# done (or given up after RANGE_ATTEMPTS failures), those being worked on. (Ranges no run
-# has begun yet have no row: done < ranges.)
-ROW_SWEEP = """
-SELECT sum(u.ranges)::int, sum(u.done)::int, sum(u.running)::int FROM (
-  SELECT max(g.ranges) AS ranges, count(*) FILTER (WHERE g.ok OR g.failures >= %(attempts)s) AS done,
-         count(*) FILTER (WHERE g.running AND NOT g.ok) AS running
-    FROM (SELECT b.unit_relid, b.range_no, max(-(-b.sweep_blocks / b.range_blocks)) AS ranges,
-                 bool_or(b.status = 'ok') AS ok, bool_or(b.status = 'running') AS running,
-                 count(*) FILTER (WHERE b.status IN ('failed', 'timeout', 'interrupted')) AS failures
-            FROM ttl.block_range b
-           WHERE b.work = 'delete' AND b.run_id IN (SELECT r.run_id FROM ttl.run r WHERE r.relid = %(t)s)
-             AND b.sweep = (SELECT max(x.sweep) FROM ttl.block_range x
-                             WHERE x.unit_relid = b.unit_relid AND x.work = 'delete')
-           GROUP BY b.unit_relid, b.range_no) g
-   GROUP BY g.unit_relid) u
-HAVING bool_or(u.done < u.ranges)
+# The units of a table whose row expiry was swept in shared ranges (ttl.block_range, work 'delete').
+SWEPT_UNITS = """
+SELECT DISTINCT b.unit_relid FROM ttl.block_range b JOIN ttl.run r ON r.run_id = b.run_id
+ WHERE r.relid = %s AND b.work = 'delete'
 """
 
 
 def row_sweep(conn: psycopg.Connection[Any], relid: int) -> dict[str, int] | None:
-    """Where the table's unfinished sweep in shared ranges stands (None: none unfinished)."""
-    from pg_ttl.expire.sweeps import RANGE_ATTEMPTS
+    """Where the table's sweep in shared ranges stands, summed over its units' latest sweeps
+    (ranges done counting those given up), while one of them is not finished (else None)."""
+    from pg_ttl.expire.sweeps import sweep_state
 
-    row = conn.execute(ROW_SWEEP, {"t": relid, "attempts": RANGE_ATTEMPTS}).fetchone()
-    return None if row is None else {"ranges": int(row[0]), "done": int(row[1]), "running": int(row[2])}
+    states = [sweep_state(conn, int(unit), str(unit), "delete")
+              for (unit,) in conn.execute(SWEPT_UNITS, (relid,)).fetchall()]
+    if all(s.finished for s in states):
+        return None
+    return {"ranges": sum(s.ranges for s in states), "done": sum(s.done + len(s.given_up) for s in states),
+            "running": sum(s.running for s in states)}
 
 
 def orphan_sweep(conn: psycopg.Connection[Any], relid: int) -> OrphanSweep | None:
