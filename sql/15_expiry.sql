@@ -213,64 +213,112 @@ BEGIN
 END
 $fn$;
 
--- The expiry of a row whose TTL column holds `bound` (a range partition's bound,
--- as text) under `after`, and how far the rows on one side of the bound may
+-- The expiry of the rows whose TTL column holds each of `bounds` (range partitions'
+-- bounds, as text) under `after`, and how far the rows on one side of a bound may
 -- expire from it: month arithmetic clamps at month ends (Mar 30 23:00 + 1 month
 -- is later than Mar 31 00:00 + 1 month), so with months (on a time of day) the
 -- rows within a day of the bound may expire up to a day on either side of it.
--- NULL when it cannot be computed (e.g. out of range at the bound).
-CREATE OR REPLACE FUNCTION ttl._bound_expiry(tbl oid, after interval, bound text, OUT expiry timestamptz,
-                                             OUT slack interval)
+-- Expiry NULL where it cannot be computed (e.g. out of range at the bound). One
+-- query for every bound: a table of 1,000 partitions is judged in one statement
+-- (an EXECUTE per bound cost 0.03 ms each).
+CREATE OR REPLACE FUNCTION ttl._bounds_expiry(tbl oid, after interval, bounds text[])
+RETURNS TABLE (bound text, expiry timestamptz, slack interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     p ttl.policy;
+    expiries timestamptz[];
+    s interval;
 BEGIN
     SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
-    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR bound IS NULL THEN
+    IF NOT FOUND OR p.ttl_attnum IS NULL OR after IS NULL OR bounds IS NULL THEN
         RETURN;
     END IF;
     BEGIN
-        EXECUTE format('SELECT %s', ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
-                                                     format('%L::%s', bound, p.ttl_atttypid::regtype)))
-           INTO expiry;
+        EXECUTE format('SELECT pg_catalog.array_agg(%s ORDER BY u.n) '
+                       'FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(b, n)',
+                       ttl._expiry_sql(p.ttl_atttypid, p.unit, after,
+                                       format('CAST(u.b AS %s)', p.ttl_atttypid::regtype)))
+           INTO expiries USING bounds;
     EXCEPTION WHEN data_exception THEN
-        expiry := NULL;
+        -- a bound out of range for the arithmetic has none: each bound judged alone
+        IF cardinality(bounds) = 1 THEN
+            expiries := ARRAY[NULL::timestamptz];
+        ELSE
+            expiries := ARRAY(SELECT (SELECT e.expiry FROM ttl._bounds_expiry(tbl, after, ARRAY[u.b]) e)
+                                FROM pg_catalog.unnest(bounds) WITH ORDINALITY AS u(b, n) ORDER BY u.n);
+        END IF;
     END;
-    slack := CASE WHEN ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN interval '1 day'
-                  ELSE interval '0' END;
+    s := CASE WHEN ttl._has_months(after) AND p.ttl_atttypid <> 'date'::regtype THEN interval '1 day'
+              ELSE interval '0' END;
+    RETURN QUERY SELECT u.b, u.e, s FROM ROWS FROM (pg_catalog.unnest(bounds), pg_catalog.unnest(expiries)) AS u(b, e);
 END
 $fn$;
 
--- Has every row below `upper` (the exclusive upper bound of a range partition on
--- the TTL column, as text) reached `after` (from its column's time) at `cutoff`?
--- The final DELETE (ttl.partition_expired) and the storage tiers
--- (sql/82_tiers.sql) judge partitions with it.
+-- The same for one bound (none for NULL).
+CREATE OR REPLACE FUNCTION ttl._bound_expiry(tbl oid, after interval, bound text, OUT expiry timestamptz,
+                                             OUT slack interval)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT b.expiry, b.slack FROM ttl._bounds_expiry(tbl, after, ARRAY[bound]) b WHERE bound IS NOT NULL
+$fn$;
+
+-- Has every row below each of `uppers` (exclusive upper bounds of range partitions
+-- on the TTL column, as text) reached `after` (from its column's time) at `cutoff`?
+-- The final DELETE (ttl.bounds_expired) and the storage tiers (sql/82_tiers.sql)
+-- judge partitions with it.
+CREATE OR REPLACE FUNCTION ttl._bounds_reached(tbl oid, after interval, cutoff timestamptz, uppers text[])
+RETURNS TABLE (bound text, reached boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT b.bound, coalesce(b.expiry OPERATOR(pg_catalog.+) b.slack OPERATOR(pg_catalog.<=) cutoff, false)
+      FROM ttl._bounds_expiry(tbl, after, uppers) b
+$fn$;
+
 CREATE OR REPLACE FUNCTION ttl._bound_reached(tbl oid, after interval, cutoff timestamptz, upper text)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT coalesce(b.expiry OPERATOR(pg_catalog.+) b.slack OPERATOR(pg_catalog.<=) cutoff, false)
-      FROM ttl._bound_expiry(tbl, after, upper) b
+    SELECT coalesce((SELECT b.reached FROM ttl._bounds_reached(tbl, after, cutoff, ARRAY[upper]) b), false)
 $fn$;
 
--- Has every row below `upper` expired at `cutoff`?
+-- Has every row below each of `uppers` expired at `cutoff`?
+CREATE OR REPLACE FUNCTION ttl.bounds_expired(tbl oid, cutoff timestamptz, uppers text[])
+RETURNS TABLE (bound text, expired boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT b.bound, b.reached
+      FROM ttl._bounds_reached(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), cutoff, uppers) b
+$fn$;
+
 CREATE OR REPLACE FUNCTION ttl.partition_expired(tbl oid, cutoff timestamptz, upper text) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT ttl._bound_reached(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), cutoff, upper)
+    SELECT coalesce((SELECT b.expired FROM ttl.bounds_expired(tbl, cutoff, ARRAY[upper]) b), false)
 $fn$;
 
--- Has no row at or above `lower` (the inclusive lower bound of a range partition
--- on the TTL column, as text) expired at `cutoff`? Such a partition has nothing
--- to delete: the engine does not visit it.
+
+-- Has no row at or above each of `lowers` (inclusive lower bounds of range
+-- partitions on the TTL column, as text) expired at `cutoff`? Such a partition has
+-- nothing to delete: the engine does not visit it.
+CREATE OR REPLACE FUNCTION ttl.bounds_unexpired(tbl oid, cutoff timestamptz, lowers text[])
+RETURNS TABLE (bound text, unexpired boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT b.bound, coalesce(b.expiry OPERATOR(pg_catalog.-) b.slack OPERATOR(pg_catalog.>) cutoff, false)
+      FROM ttl._bounds_expiry(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), lowers) b
+$fn$;
+
 CREATE OR REPLACE FUNCTION ttl.partition_unexpired(tbl oid, cutoff timestamptz, lower text) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT coalesce(b.expiry OPERATOR(pg_catalog.-) b.slack OPERATOR(pg_catalog.>) cutoff, false)
-      FROM ttl._bound_expiry(tbl, (SELECT p.expire_after FROM ttl.policy p WHERE p.relid = tbl), lower) b
+    SELECT coalesce((SELECT b.unexpired FROM ttl.bounds_unexpired(tbl, cutoff, ARRAY[lower]) b), false)
 $fn$;

@@ -326,6 +326,43 @@ def test_months_reach_across_a_lower_bound_off_midnight(db: psycopg.Connection[A
     assert db.execute("SELECT id FROM mo").fetchall() == [(2,)]
 
 
+def test_a_bound_out_of_range_for_the_arithmetic_leaves_the_others_judged(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    """Every bound of a table is judged by one query: one bound whose expiry is out of
+    timestamptz's range (294276-12-31 + 1 day) has none (an upper bound: not dropped; a
+    lower bound: visited), and the other bounds are still judged: the expired partitions are
+    dropped, the live ones are not visited."""
+    db.execute("CREATE TABLE far (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    for name, lower, upper in (("far_a", "2026-01-01", "2026-01-02"), ("far_b", "2026-01-02", "2026-01-03"),
+                               ("far_live", "2026-06-01", "2026-07-01"), ("far_end", "294200-01-01", "294276-12-31")):
+        db.execute(f"CREATE TABLE {name} PARTITION OF far FOR VALUES FROM ('{lower} 00:00+00') TO ('{upper} 00:00+00')")
+    db.execute("INSERT INTO far VALUES (1, '2026-01-01 12:00+00'), (2, '2026-01-02 12:00+00'), "
+               "(3, '2026-06-02 00:00+00'), (4, '294201-01-01 00:00+00')")
+    db.execute("SELECT ttl.enable('far', expire_after => '1 day', column_name => 'ts')")
+    db.commit()
+    with pytest.raises(psycopg.errors.DatetimeFieldOverflow):  # the arithmetic, as the bound's judge meets it
+        db.execute("SELECT timestamptz '294276-12-31 00:00+00' + interval '1 day'")
+    db.rollback()
+    cutoff = C
+    judged = dict(db.execute("SELECT b.bound, b.expired FROM ttl.bounds_expired('far'::regclass, %s, ARRAY["
+                             "'2026-01-02 00:00:00+00', '294276-12-31 00:00:00+00', '2026-01-03 00:00:00+00']) b",
+                             (cutoff,)).fetchall())
+    unexpired = dict(db.execute("SELECT b.bound, b.unexpired FROM ttl.bounds_unexpired('far'::regclass, %s, "
+                                "ARRAY['2026-06-01 00:00:00+00', '294276-12-31 00:00:00+00', "
+                                "'2026-01-01 00:00:00+00']) b", (cutoff,)).fetchall())
+    db.commit()
+    assert unexpired == {"2026-06-01 00:00:00+00": True, "294276-12-31 00:00:00+00": False,
+                         "2026-01-01 00:00:00+00": False}
+    assert judged == {"2026-01-02 00:00:00+00": True, "294276-12-31 00:00:00+00": False,
+                      "2026-01-03 00:00:00+00": True}
+    [res] = expire(dsn, cutoff=cutoff)
+    assert res.status == "ok", res
+    by_unit = {u.unit: u.action for u in res.units}
+    assert by_unit == {"far_a": "drop", "far_b": "drop"}, by_unit  # far_end's lower bound: nothing expired
+    assert _tables(db) == {"public.far", "public.far_live", "public.far_end"}
+    assert db.execute("SELECT id FROM far ORDER BY id").fetchall() == [(3,), (4,)]
+
+
 def test_expired_partitions_go_in_batches_and_one_another_run_holds_is_left(
         db: psycopg.Connection[Any], dsn: str, connect: Any) -> None:
     """40 expired daily partitions: dropped by DROP TABLE statements of at most DROP_BATCH

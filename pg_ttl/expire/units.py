@@ -38,10 +38,11 @@ SELECT c.oid, n.nspname, c.relname, c.relkind, pg_catalog.pg_get_expr(c.relpartb
  WHERE i.inhparent = %s
  ORDER BY c.relname
 """
+# Every partition's bounds judged at once (each bound a cast and some arithmetic).
 JUDGE_BOUNDS = """
-SELECT 'upper', u, ttl.partition_expired(%(t)s, %(c)s, u) FROM pg_catalog.unnest(%(u)s::text[]) u
+SELECT 'upper', b.bound, b.expired FROM ttl.bounds_expired(%(t)s, %(c)s, %(u)s::text[]) b
 UNION ALL
-SELECT 'lower', l, ttl.partition_unexpired(%(t)s, %(c)s, l) FROM pg_catalog.unnest(%(l)s::text[]) l
+SELECT 'lower', b.bound, b.unexpired FROM ttl.bounds_unexpired(%(t)s, %(c)s, %(l)s::text[]) b
 """
 # pg_get_expr(bound, 0): a partition bound holds constants only, and with no relation
 # to open the call neither waits on a lock held on the partition nor fails when
