@@ -1,16 +1,16 @@
 """Phase 1 of row deletion: the ranges a unit's expired rows are deleted in.
 
-Each select batch of ``select_batch_size`` candidates becomes ranges of at most
-``delete_batch_size`` rows: ranges in (TTL column, ctid) order over a btree on
-the TTL column (one query returns every ``delete_batch_size``-th pair; the
-ctid breaks ties, so a range holds at most that many rows even when many rows
-share one expiry; a key whose rows fill a whole select batch is numbered in
-block windows of the heap instead, as the index cannot give one key's rows in
-ctid order without sorting them all), or ctid block ranges sized from the
+Over a btree on the TTL column: key windows [k1, k2) of at most a step of rows
+each, k2 read as the key that many expired rows on (keys only, in the index's
+order: an index-only scan where the visibility map allows); the step follows
+the time a window's DELETE takes (rows.py). A key with more rows than a step is
+numbered in block windows of the heap instead, as ranges of at most
+``delete_batch_size`` rows (the index cannot give one key's rows in ctid order
+without sorting them all). Without one: ctid block ranges sized from the
 expired density seen so far (no query at all: reading every row to count
 candidates first would double the cost of a raw DELETE). Only range bounds
-travel to the client, never the keys themselves. Phase 2 (rows.py) deletes
-each range with the expiry re-checked.
+travel to the client, never the rows. Phase 2 (rows.py) deletes each range with
+the expiry re-checked.
 
 Statements that name the table, its columns or its expiry expression carry
 their values as literals, never as parameters: with parameters psycopg reads
@@ -105,65 +105,93 @@ def _key_range(ctx: UnitContext, lo: Position | None, hi: tuple[str, str]) -> sq
     return upper if lo is None else sql.SQL("{} AND {}").format(_after(ctx, lo), upper)
 
 
-# The next select_batch_size candidates in index order (no sort), cut to the keys they
-# hold completely (all but the last key, unless the batch is the last one), numbered in
-# (key, ctid) order; every delete_batch_size-th and the last become range ends. The
-# first row (max key, min ctid, count) also tells whether one key fills the batch.
-INDEX_BATCH = """
-WITH s AS MATERIALIZED (
-  SELECT {col} AS k, ctid AS c FROM ONLY {t} WHERE {bound}{lower} ORDER BY {col} LIMIT {sbs}),
-m AS (SELECT max(k) AS mk, min(c) AS mc, count(*) AS cnt FROM s),
-x AS (SELECT array_agg(k ORDER BY k, c) AS ks, array_agg(c ORDER BY k, c) AS cs
-        FROM s, m WHERE s.k {lt} m.mk OR m.cnt < {sbs})
-SELECT CAST(m.mk AS text), CAST(m.mc AS text), m.cnt, CAST(x.ks[g.i] AS text), CAST(x.cs[g.i] AS text), g.i
-  FROM m CROSS JOIN x
-  LEFT JOIN LATERAL (SELECT LEAST(n, cardinality(x.ks)) AS i
-                       FROM generate_series({dbs}, cardinality(x.ks) + {dbs} - 1, {dbs}) AS n) g ON true
- ORDER BY g.i
+# The key ``step`` rows on from a window's start among the expired rows, in the btree's
+# order, reading keys only (an index-only scan where the visibility map allows; no row
+# is locked or counted), or no row: fewer are left. Cast to text above the OFFSET, which
+# would otherwise cast every row it skips; named apart, as ORDER BY a name an output
+# column has sorts by that column.
+WINDOW_END = """
+SELECT CAST(s.window_end AS text) FROM (
+  SELECT {col} AS window_end FROM ONLY {t} WHERE {bound}{lower} ORDER BY {col} OFFSET {step} LIMIT 1) s
 """
 
 
-def index_batches(ctx: UnitContext) -> Iterator[list[Chunk]]:
-    """Ranges in (TTL column, ctid) order over the column's index: (after, p1], (p1, p2], ...
-    up to the threshold, each of at most delete_batch_size rows whatever the data."""
-    pred, policy, t = ctx.pred, ctx.policy, ctx.unit.ident
-    assert pred.column is not None and pred.bound is not None
+@dataclass
+class WindowStart:
+    """Where the next key window begins: at ``key`` (``inclusive``) or after it; None:
+    at the first expired row."""
+
+    key: str | None = None
+    inclusive: bool = True
+
+
+def window_start(ctx: UnitContext) -> tuple[WindowStart, tuple[str, str | None] | None]:
+    """Where the unit's key windows resume: after the window its checkpoint ends (every
+    row below that key went), or within a key done in ctid windows, after the row its
+    checkpoint names (returned too: the rest of that key comes first). A checkpoint of
+    an older version's key ranges names a row too: the same."""
     cp = ctx.checkpoint or {}
-    after: Position | None = None
-    if cp.get("key") is not None:
-        after = (str(cp["key"]), str(cp["ctid"]))
-    elif cp.get("after") is not None:  # a checkpoint of an older version: whole keys
-        after = (str(cp["after"]), None)
-    sbs, dbs = policy.select_batch_size, policy.delete_batch_size
-    while not ctx.stopping():
-        lower = sql.SQL(" AND {}").format(_after(ctx, after)) if after else sql.SQL("")
-        query = sql.SQL(INDEX_BATCH).format(col=pred.column, t=t, bound=pred.bound, lower=lower, lt=_op("<"),
-                                            sbs=sql.Literal(sbs), dbs=sql.Literal(dbs))
+    if cp.get("strategy") != "index":
+        return WindowStart(), None
+    if cp.get("ctid") is not None and cp.get("key") is not None:
+        return WindowStart(str(cp["key"]), False), (str(cp["key"]), str(cp["ctid"]))
+    key = cp.get("from", cp.get("key", cp.get("after")))
+    return WindowStart(None if key is None else str(key)), None
+
+
+def _window_lower(ctx: UnitContext, start: WindowStart) -> sql.Composable:
+    if start.key is None:
+        return sql.SQL("")
+    return sql.SQL(" AND {} {} {}").format(ctx.pred.column, _op(">=" if start.inclusive else ">"),
+                                           ctx.pred.cast(sql.Literal(start.key)))
+
+
+def window_end(ctx: UnitContext, start: WindowStart, step: int) -> str | None:
+    """The key ``step`` expired rows on from ``start`` (the end of a window of at most
+    that many rows, exclusive), or None: fewer rows left. Read under the session's
+    lock_timeout; meeting a lock on the table (DDL), read again under lock_timeout."""
+    assert ctx.pred.column is not None and ctx.pred.bound is not None
+    query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
+                                       lower=_window_lower(ctx, start), step=sql.Literal(step))
+    try:
+        row = execute(ctx, query, reraise_lock=True).fetchone()
+    except errors.LockNotAvailable:
+        with ctx.conn.transaction():
+            ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (ctx.settings.lock_timeout,))
+            row = execute(ctx, query).fetchone()
+    return None if row is None else str(row[0])
+
+
+def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
+    """The rows of the key window [start, end) (no end: every key from start on), to be
+    deleted with the expiry re-checked. Its checkpoint: every row below ``end`` went."""
+    where = sql.SQL("true{}").format(_window_lower(ctx, start))
+    if end is not None:
+        where = sql.SQL("{} AND {} {} {}").format(where, ctx.pred.column, _op("<"), ctx.pred.cast(sql.Literal(end)))
+    return Chunk(where, -1, {"strategy": "index", "from": end})
+
+
+# The smallest ctid of one key, as TIE_END finds the largest: the first index tuple's
+# ctids (a posting list, ascending) within its first block_size / 6 rows.
+TIE_START = """
+SELECT CAST(min(c) AS text) FROM (
+  SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
+   LIMIT CAST(current_setting('block_size') AS int) / 6) s
+"""
+
+
+def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterator[list[Chunk]]:
+    """The rows of one key with more rows than a window holds, in ctid windows
+    (``_tie_batches``): from its first row, or after the row ``after``."""
+    if after is None:
         set_lock_timeout(ctx, ctx.settings.lock_timeout)
-        rows = execute(ctx, query).fetchall()
-        max_key, min_tid, count = rows[0][0], rows[0][1], int(rows[0][2])
-        if count == 0:
+        t, col = ctx.unit.ident, ctx.pred.column
+        row = execute(ctx, sql.SQL(TIE_START).format(t=t, col=col, ge=_op(">="), le=_op("<="),
+                                                    k=ctx.pred.cast(sql.Literal(key)))).fetchone()
+        if row is None or row[0] is None:
             return
-        if rows[0][5] is None:
-            # One key fills the whole select batch: ctid windows over its rows.
-            if after is not None and after[0] == max_key and after[1] is not None:
-                start = after[1]  # within the key a checkpoint stopped in
-            else:
-                start = f"({_block_of(min_tid)},0)"  # the block of the key's first row on
-            yield from _tie_batches(ctx, str(max_key), start)
-            after = (str(max_key), None)
-            continue
-        chunks: list[Chunk] = []
-        prev_n = 0
-        for *_, key, tid, n in rows:
-            hi = (str(key), str(tid))
-            chunks.append(Chunk(_key_range(ctx, after, hi), int(n) - prev_n,
-                                {"strategy": "index", "key": hi[0], "ctid": hi[1]}))
-            prev_n, after = int(n), hi
-        ctx.select_limiter.add(prev_n)
-        yield chunks
-        if count < sbs:
-            return
+        after = f"({_block_of(str(row[0]))},0)"  # the block of the key's first row on
+    yield from _tie_batches(ctx, key, after)
 
 
 # The rows of one key in a block window, numbered in ctid order (a TID range scan:

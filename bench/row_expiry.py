@@ -1,0 +1,197 @@
+"""Row expiry against one raw DELETE, from 1M to 10M rows (python -m bench.row_expiry).
+
+A plain table of ROWS rows (~100 B each) in insertion order (``created_at`` grows with
+``id``, as an event log's does), the oldest SHARE of them expired, with and without a
+btree on the TTL column: each shape built once as a template. Contenders, each on a fresh
+prewarmed copy (CREATE DATABASE ... TEMPLATE, then a CHECKPOINT), in turn, rotated from
+repetition to repetition, in one run on one server:
+
+- pg_ttl: one pass through the Python API (``pg_ttl.expire.expire``; its session's
+  start included, Python's start-up not);
+- ``CALL ttl.run()``: the same pass by the procedure in the database;
+- one ``DELETE ... WHERE created_at < now() - interval '30 days'``.
+
+Reported per shape: seconds (median of ``--reps``, min-max), pg_ttl over the DELETE as
+rows per second (paired per repetition), ``CALL ttl.run()`` over pg_ttl, pg_ttl's strategy
+and its longest transaction (from ``pg_stat_activity``, sampled every 5 ms), and a check
+that exactly the expired rows went. ``--json FILE`` also writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench.orphans import LongestTransaction
+from bench.server import loadavg_text
+from pg_ttl import install
+from pg_ttl.expire import expire
+from pg_ttl.localserver import LocalServer
+
+SCHEMA = "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, body text NOT NULL)"
+# Rows 1..expired are 31-60 days old, the others 0-29 days: a day apart from the cutoff.
+FILL = """
+INSERT INTO events
+SELECT g, CASE WHEN g <= %(expired)s
+               THEN now() - interval '60 days' + (g::float8 / %(expired)s) * interval '29 days'
+               ELSE now() - interval '29 days' + ((g - %(expired)s)::float8 / (%(rows)s - %(expired)s + 1))
+                          * interval '29 days' END,
+       rpad(md5(g::text), 100, 'x')
+  FROM generate_series(1, %(rows)s) g
+"""
+INDEX = "CREATE INDEX events_created_at_idx ON events (created_at)"
+EXPIRED = "created_at < now() - interval '30 days'"
+APP = "pg-ttl engine"
+
+
+def pg_ttl(dsn: str) -> dict[str, Any]:
+    [res] = expire(dsn, ["events"])
+    assert res.status == "ok", res
+    return {"deleted": res.rows_deleted, "strategy": sorted({u.strategy or "" for u in res.units})}
+
+
+def pg_ttl_forced(strategy: str) -> Any:
+    def run(dsn: str) -> dict[str, Any]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE ttl.settings SET value = %s WHERE name = 'row_strategy'", (strategy,))
+        return pg_ttl(dsn)
+    return run
+
+
+def call_run(dsn: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True, application_name=APP) as conn:
+        conn.execute("CALL ttl.run()")
+        row = conn.execute("SELECT coalesce(sum(rows_deleted), 0), pg_catalog.max(status) FROM ttl.run").fetchone()
+    assert row is not None and row[1] == "ok", row
+    return {"deleted": int(row[0])}
+
+
+def one_delete(dsn: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True, application_name=APP) as conn:
+        return {"deleted": conn.execute(f"DELETE FROM events WHERE {EXPIRED}").rowcount}
+
+
+CONTENDERS = {"pg_ttl": pg_ttl, "CALL ttl.run()": call_run, "one DELETE": one_delete}
+# With --strategies: pg_ttl with each row_strategy forced too (the crossovers in rows.py).
+FORCED = {"pg_ttl, row_strategy index": pg_ttl_forced("index"), "pg_ttl, row_strategy ctid": pg_ttl_forced("ctid")}
+
+
+def _template(server: LocalServer, rows: int, share: float, indexed: bool) -> tuple[str, int, str]:
+    name = f"rows_{rows}_{round(share * 1000)}_{'ix' if indexed else 'noix'}"
+    dsn = server.create_database(name)
+    expired = round(rows * share)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(FILL, {"rows": rows, "expired": expired})
+        if indexed:
+            conn.execute(INDEX)
+        conn.execute("VACUUM (FREEZE, ANALYZE) events")
+        # A second VACUUM sets the visibility map PostgreSQL 15 leaves unset right after the
+        # load, as autovacuum would on a table at rest (bench/orphans.py too).
+        conn.execute("VACUUM events")
+        size = conn.execute("SELECT pg_size_pretty(pg_table_size('events'))").fetchone()
+    return name, expired, str(size[0]) if size else ""
+
+
+def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: int,
+            strategies: bool = False) -> dict[str, Any]:
+    template, expired, size = _template(server, rows, share, indexed)
+    contenders = {**CONTENDERS, **(FORCED if strategies and indexed else {})}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order rotates
+            copy = f"{template}_{rep}_{names.index(name)}"
+            with psycopg.connect(server.dsn(), autocommit=True) as admin:
+                admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                    sql.Identifier(copy), sql.Identifier(template)))
+            dsn = server.dsn(copy)
+            if name != "one DELETE":
+                install.upgrade(dsn)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at')")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+                conn.execute("SELECT pg_prewarm(c.oid) FROM pg_class c WHERE c.relname LIKE 'events%' "
+                             "AND c.relkind IN ('r', 'i')")
+                conn.execute("CHECKPOINT")
+            load = loadavg_text()
+            with LongestTransaction(dsn, APP) as longest:
+                started = time.perf_counter()
+                out = contenders[name](dsn)
+                wall = time.perf_counter() - started
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                left = conn.execute(f"SELECT count(*), count(*) FILTER (WHERE {EXPIRED}) FROM events").fetchone()
+            assert left == (rows - expired, 0) and out["deleted"] == expired, (name, left, out)
+            with psycopg.connect(server.dsn(), autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(copy)))
+            runs[name].append({"seconds": wall, "rows_per_second": expired / wall, "load_before": load,
+                               "longest_transaction_s": longest.longest, **out})
+            print(f"  {rows:,} rows, {share:.0%} expired, {'index' if indexed else 'no index'}, rep {rep + 1}: "
+                  f"{name}: {wall:.3f} s", flush=True)
+    ours, raw, proc = runs["pg_ttl"], runs["one DELETE"], runs["CALL ttl.run()"]
+    vs_raw = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
+    proc_vs = [a["seconds"] / b["seconds"] for a, b in zip(ours, proc, strict=True)]
+    return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "table_size": size,
+            "contenders": {name: {"seconds": statistics.median(r["seconds"] for r in done),
+                                  "seconds_min": min(r["seconds"] for r in done),
+                                  "seconds_max": max(r["seconds"] for r in done), "runs": done}
+                           for name, done in runs.items()},
+            "pg_ttl_vs_delete": {"median": statistics.median(vs_raw), "min": min(vs_raw), "max": max(vs_raw)},
+            "call_run_vs_pg_ttl": {"median": statistics.median(proc_vs), "min": min(proc_vs), "max": max(proc_vs)},
+            "pg_ttl_strategy": ours[0].get("strategy"),
+            "pg_ttl_longest_transaction_s": max(r["longest_transaction_s"] for r in ours)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000], help="table sizes")
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.01], help="shares of rows expired")
+    parser.add_argument("--index", choices=["both", "yes", "no"], default="both",
+                        help="with a btree on the TTL column, without, or both")
+    parser.add_argument("--reps", type=int, default=3, help="runs of each contender, in turn")
+    parser.add_argument("--strategies", action="store_true",
+                        help="with an index, also pg_ttl with row_strategy forced to index and to ctid")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "2GB",
+                                   "max_wal_size": "16GB", "autovacuum": "off"})
+    server.start()
+    results: list[dict[str, Any]] = []
+    try:
+        for rows in args.rows:
+            for share in args.shares:
+                for indexed in {"both": (False, True), "yes": (True,), "no": (False,)}[args.index]:
+                    results.append(measure(server, rows, share, indexed, args.reps, args.strategies))
+    finally:
+        server.cleanup()
+    print(f"\n{server.version}; rows in insertion order, the oldest expired; median of {args.reps}; "
+          f"load average {loadavg_text()}\n")
+    print("| rows | expired | index | pg_ttl s | CALL ttl.run() s | one DELETE s | pg_ttl vs DELETE (rows/s) "
+          "| CALL vs pg_ttl | strategy | longest pg_ttl transaction |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        c, v, p = r["contenders"], r["pg_ttl_vs_delete"], r["call_run_vs_pg_ttl"]
+        print(f"| {r['rows']:,} | {r['share']:.0%} | {'yes' if r['indexed'] else 'no'} | "
+              f"{c['pg_ttl']['seconds']:.3f} | {c['CALL ttl.run()']['seconds']:.3f} | "
+              f"{c['one DELETE']['seconds']:.3f} | {v['median']:.2f}x ({v['min']:.2f}-{v['max']:.2f}) | "
+              f"{p['median']:.2f}x ({p['min']:.2f}-{p['max']:.2f}) | "
+              f"{','.join(r['pg_ttl_strategy'] or [])} | {r['pg_ttl_longest_transaction_s'] * 1000:.0f} ms |")
+    for r in results:
+        for name, c in r["contenders"].items():
+            if name in FORCED:
+                print(f"{r['rows']:,} rows, {r['share']:.0%} expired, index: {name}: {c['seconds']:.3f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"server": server.version, "load_average": loadavg_text().split(),
+                                         "results": results}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
