@@ -38,6 +38,55 @@ def test_worker_runs_every_table_through_one_engine_session(dsn: str, connect: A
     assert sessions == (len(names), 1)  # six runs, one engine session
 
 
+def test_a_run_that_left_nothing_records_no_lag_without_a_query(
+        dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every unit deleted every expired row it met, none held, none done by another run: the
+    run left nothing expired, and says so without reading the table again."""
+    from pg_ttl.expire import expire, oldest
+
+    conn = connect()
+    ttl_table(conn, "clean", expired=10, live=2)
+
+    def must_not_read(*args: Any) -> None:
+        raise AssertionError("the run read the oldest expired row though it left none")
+
+    monkeypatch.setattr(oldest, "oldest_left", must_not_read)
+    [res] = expire(dsn, ["clean"])
+    assert res.status == "ok" and res.rows_deleted == 10
+    assert (res.oldest_measured, res.oldest_left) == (True, None)
+    assert [u.rows_may_remain for u in res.units] == [False]
+
+
+def test_a_run_resumed_from_another_runs_checkpoint_reads_what_is_left(
+        dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit an earlier run did in part (it may have left rows the application held): the
+    run reads the oldest expired row at its end."""
+    import threading
+
+    from pg_ttl.expire import expire, oldest
+    from tests.helpers import StopAfter
+
+    conn = connect()
+    conn.execute("CREATE TABLE part (id int PRIMARY KEY, created_at timestamptz NOT NULL)")
+    conn.execute("INSERT INTO part SELECT g, now() - interval '3 days' FROM generate_series(1, 3000) g")
+    conn.execute("SELECT ttl.enable('part', expire_after => '1 day', column_name => 'created_at', "
+                 "delete_batch_size => 100, select_batch_size => 100, delete_rate_limit => 1000000)")
+    stop = threading.Event()
+    [first] = expire(dsn, ["part"], stop=stop, progress=StopAfter(stop, 2))
+    assert first.status == "partial" and not first.oldest_measured  # stopped: not read either
+    reads: list[Any] = []
+    original = oldest.oldest_left
+
+    def counted(*args: Any) -> Any:
+        reads.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(oldest, "oldest_left", counted)
+    [res] = expire(dsn, ["part"])
+    assert res.status == "ok" and res.units[0].rows_may_remain and len(reads) == 1
+    assert (res.oldest_measured, res.oldest_left) == (True, None)
+
+
 def test_worker_lag_is_what_the_run_left(dsn: str, connect: Any) -> None:
     """The run reads what it left at its end: a row the application holds is skipped by the run,
     and the lag metric counts from that row's expiry."""

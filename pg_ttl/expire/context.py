@@ -123,6 +123,10 @@ class UnitContext:
     size: tuple[int, float, int] | None = None
     # the strategy and the estimate of expired rows, when chosen before the unit was claimed
     chosen: tuple[str, int | None] | None = None
+    # Rows expired by the cutoff may be left in the unit: some were held by the application
+    # or kept moving, or another run (of this pass or an earlier one) did part of the unit.
+    # Without it, the unit's work met every such row and deleted it (engine: the lag metric).
+    rows_may_remain: bool = False
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

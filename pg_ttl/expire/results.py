@@ -28,6 +28,7 @@ class UnitResult:
     strategy: str | None = None  # 'index' | 'ctid' for row deletion; how a partition was detached
     relid: int | None = None
     values_nulled: int = 0  # column values expired (set to NULL or the column DEFAULT) in this unit
+    rows_may_remain: bool = False  # the unit's context's (UnitContext.rows_may_remain)
 
     @property
     def removed_partition(self) -> bool:

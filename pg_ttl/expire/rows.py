@@ -1,9 +1,9 @@
 """Two-phase row deletion of one unit (a leaf partition or a plain table).
 
-Phase 1 (ranges.py) takes the next ``select_batch_size`` candidates as
-ranges of at most ``delete_batch_size`` rows, over a btree on the TTL column
-or in ctid block ranges; ``choose_strategy`` picks between them from the
-planner's statistics.
+Phase 1 (ranges.py) bounds the next range: a key window over a btree on the
+TTL column (``_delete_windows``), or ctid block ranges of about
+``delete_batch_size`` expired rows; ``choose_strategy`` picks between them from
+the planner's statistics.
 
 Phase 2 deletes one range per statement with the expiry predicate re-checked in
 that statement, so a row updated since phase 1 to a later expiry is kept. A
@@ -133,6 +133,8 @@ def delete_rows(ctx: UnitContext, strategy: str) -> str:
     back (engine.run_unit), with the statement that ends it."""
     if strategy == "index":
         return _delete_windows(ctx)
+    if ctx.checkpoint is not None:  # an earlier run did the unit up to it
+        ctx.rows_may_remain = True
     for chunks in ctid_batches(ctx):
         set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
         _delete_batch(ctx, iter(chunks))
@@ -150,6 +152,8 @@ def _delete_windows(ctx: UnitContext) -> str:
     holds goes in ctid windows of at most ``delete_batch_size`` rows."""
     policy = ctx.policy
     start, within = ranges.window_start(ctx)
+    if ctx.checkpoint is not None:  # an earlier run did the unit up to it
+        ctx.rows_may_remain = True
     step = policy.delete_batch_size
     largest = max(policy.select_batch_size, step)
     while not ctx.stopping():
@@ -159,6 +163,8 @@ def _delete_windows(ctx: UnitContext) -> str:
             if end is not None and end == start.key and start.inclusive:
                 within = (end, None)  # a step of rows or more share this key
         if within is not None:
+            # (rows of the key outside its ctid windows, written since, are left to the next run)
+            ctx.rows_may_remain = True
             for chunks in ranges.tie_batches(ctx, *within):
                 set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
                 _delete_batch(ctx, iter(chunks))
@@ -342,6 +348,7 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> 
                 with contextlib.suppress(errors.LockNotAvailable):
                     deleted = _blocks_accounted(ctx, chunk, False) if blocks else _account(ctx, fast, chunk)
             if deleted is None:
+                ctx.rows_may_remain = True  # the rows an application holds wait for the next run
                 deleted = (_blocks_accounted(ctx, chunk, True) if blocks
                            else _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout))
         except errors.SerializationFailure:
@@ -353,6 +360,7 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> 
         _counted(ctx, chunk, deleted)
         return
     # Rows keep moving under this range: it is left for the next run, as locked rows are.
+    ctx.rows_may_remain = True
 
 
 def _account(ctx: UnitContext, delete: sql.Composable, chunk: Chunk, lock_timeout: str | None = None) -> int:

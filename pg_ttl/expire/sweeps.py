@@ -150,6 +150,7 @@ def run(ctx: UnitContext, how: RangeDelete, range_blocks: int) -> str:
     nblocks, per_block = unit_size(ctx)
     sweep = _join_sweep(ctx, how.work, nblocks, max(1, range_blocks))
     if sweep is None:
+        ctx.rows_may_remain = True
         return "ok"  # this round already swept it
     # A statement's cost is far above JIT's thresholds and its compilation would be
     # paid again by every one of them (30-120 ms each).
@@ -276,11 +277,13 @@ def _claim_and_sweep(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no:
     if sweep.claimed == range_no:  # claimed (and recorded) when this run began the sweep
         sweep.claimed = None
     elif not _try_claim(ctx, how.work, range_no):
+        ctx.rows_may_remain = True
         return "busy"  # another run's: not ours to wait for
     try:
         params = {"unit": unit, "work": how.work, "sweep": sweep.sweep, "range": range_no, "run": ctx.run_id}
         done, reached = conn.execute(RANGE_STATE, {**params, "attempts": RANGE_ATTEMPTS}).fetchone()  # type: ignore[misc]
-        if done:
+        if done:  # by another run
+            ctx.rows_may_remain = True
             return "ok"
         first = range_no * sweep.range_blocks
         end = min(first + sweep.range_blocks, sweep.blocks)
@@ -290,6 +293,8 @@ def _claim_and_sweep(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no:
             conn.execute(START_RANGE, {**params, "sweep_blocks": sweep.blocks, "range_blocks": sweep.range_blocks,
                                        "first": max(first, int(reached or 0)), "end": end})
         start = max(first, int(reached or 0))
+        if start > first:  # taken up where another run's checkpoint left it
+            ctx.rows_may_remain = True
         try:
             status = _sweep_range(ctx, how, sweep, range_no, start, end, per_block)
         except BaseException as exc:
@@ -368,6 +373,7 @@ def _step(ctx: UnitContext, how: RangeDelete, range_no: int, lo: int, hi: int) -
             try:
                 return delete(how.plain, True)
             except errors.LockNotAvailable:
+                ctx.rows_may_remain = True  # the rows an application holds wait for the next pass
                 set_lock_timeout(ctx, ctx.settings.lock_timeout)
                 try:
                     return delete(how.skip_locked, False)
@@ -375,6 +381,7 @@ def _step(ctx: UnitContext, how: RangeDelete, range_no: int, lo: int, hi: int) -
                     set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
         except errors.SerializationFailure:
             continue  # a new statement, with a new snapshot, no longer sees the moved row here
+    ctx.rows_may_remain = True
     return 0, 0
 
 
