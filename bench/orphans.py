@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.server import copy_database
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
 from pg_ttl.localserver import LocalServer
@@ -136,13 +137,6 @@ CONTENDERS = {"pg_ttl": run_pg_ttl, "pg_ttl, 2 workers": run_pg_ttl_two, "pg_ttl
               SINGLE: run_single, LOOP: run_loop}
 
 
-def _copy_database(server: LocalServer, template: str, name: str) -> str:
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-            sql.Identifier(name), sql.Identifier(template)))
-    return server.dsn(name)
-
-
 def measure(server: LocalServer, rows: int, share: float, reps: int,
             names: list[str] | None = None) -> dict[str, dict[str, Any]]:
     every = max(1, round(1 / share))
@@ -167,7 +161,7 @@ def measure(server: LocalServer, rows: int, share: float, reps: int,
         for i, (name, contender) in enumerate(chosen.items()):
             if rep > 0 and name == LOOP:
                 continue  # 15-30 times slower than the others: one run says enough
-            copy = _copy_database(server, dbname, f"orphans_{rows}_{rep}_{i}")
+            copy = copy_database(server, dbname, f"orphans_{rows}_{rep}_{i}")
             with psycopg.connect(copy, autocommit=True) as conn:
                 conn.execute("CHECKPOINT")
             load = os.getloadavg()[0]  # other jobs on the machine, for the record

@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 
 from bench.orphans import LongestTransaction
-from bench.server import loadavg_text
+from bench.server import copy_database, loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
@@ -109,10 +109,7 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
     for rep in range(reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order rotates
             copy = f"{template}_{rep}_{names.index(name)}"
-            with psycopg.connect(server.dsn(), autocommit=True) as admin:
-                admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                    sql.Identifier(copy), sql.Identifier(template)))
-            dsn = server.dsn(copy)
+            dsn = copy_database(server, template, copy)
             if name != "one DELETE":
                 install.upgrade(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:

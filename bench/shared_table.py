@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.server import loadavg_text
+from bench.server import copy_database, loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
 from pg_ttl.localserver import LocalServer
@@ -110,10 +110,7 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
     for rep in range(reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order rotates
             copy = f"shared_table_{rep}_{names.index(name)}"
-            with psycopg.connect(server.dsn(), autocommit=True) as admin:
-                admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                    sql.Identifier(copy), sql.Identifier(dbname)))
-            dsn = server.dsn(copy)
+            dsn = copy_database(server, dbname, copy)
             if name.startswith("pg_ttl"):
                 install.upgrade(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:

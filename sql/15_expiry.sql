@@ -303,7 +303,6 @@ AS $fn$
     SELECT coalesce((SELECT b.expired FROM ttl.bounds_expired(tbl, cutoff, ARRAY[upper]) b), false)
 $fn$;
 
-
 -- Has no row at or above each of `lowers` (inclusive lower bounds of range
 -- partitions on the TTL column, as text) expired at `cutoff`? Such a partition has
 -- nothing to delete: the engine does not visit it.

@@ -166,6 +166,7 @@ print(json.dumps({{"wall_s": m.wall_s, **m.txn}}))
 @pytest.mark.parametrize("module,args,key", [
     ("bench.many_tables", ["--tables", "30"], "results"),
     ("bench.many_partitions", ["--partitions", "20", "--reps", "1"], "results"),
+    ("bench.row_expiry", ["--rows", "20000", "--shares", "0.01", "--reps", "1", "--strategies"], "results"),
 ])
 def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str, args: list[str], key: str) -> None:
     """The worker-over-many-tables and many-partitions benchmarks at a tiny scale: they run, their own
@@ -181,6 +182,14 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert r["worker"]["correct"] and r["hand_loop"]["correct"]
         assert r["worker"]["runs"] == 30 and r["worker"]["rows_deleted"] == 30 * 5
         assert r["worker"]["statements"] > 30 and 0 < r["worker"]["pass_seconds"] < r["worker"]["process_seconds"]
+    elif module == "bench.row_expiry":
+        # (the bench asserts that each contender deleted exactly the expired rows)
+        by_index = {r["indexed"]: r for r in results}
+        assert set(by_index) == {False, True} and all(r["expired"] == 200 for r in results)
+        assert by_index[True]["pg_ttl_strategy"] == ["index"] and by_index[False]["pg_ttl_strategy"] == ["ctid"]
+        assert set(by_index[True]["contenders"]) == {"pg_ttl", "CALL ttl.run()", "one DELETE",
+                                                     "pg_ttl, row_strategy index", "pg_ttl, row_strategy ctid"}
+        assert all(c["seconds"] > 0 for r in results for c in r["contenders"].values())
     else:
         [r] = results["20"]
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
