@@ -126,8 +126,8 @@ class WindowStart:
 
 
 def window_start(ctx: UnitContext) -> tuple[WindowStart, tuple[str, str | None] | None]:
-    """Where the unit's key windows resume: after the window its checkpoint ends (every
-    row below that key went), or within a key done in ctid windows, after the row its
+    """Where the unit's key windows resume: at the key its checkpoint's window ended at
+    (every row below it went), or within a key done in ctid windows, after the row its
     checkpoint names (returned too: the rest of that key comes first). A checkpoint of
     an older version's key ranges names a row too: the same."""
     cp = ctx.checkpoint or {}

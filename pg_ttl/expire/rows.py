@@ -86,12 +86,12 @@ DELETE_ROWS_SQL = "SELECT ttl.delete_rows_sql(%s::oid::regclass, %s::oid::regcla
 
 # When key windows over the TTL index beat a ctid sweep of the whole unit, by the
 # share of rows expired. In insertion order (|correlation| ~1; 1M and 10M rows of
-# 100 B, PG 15, this 2-core machine, python -m bench.row_expiry --strategies): the
-# windows read only the expired part of the heap, in order: 1%: 0.035 s vs 0.075 s
-# (10M: 0.086 s vs 0.95 s); 20%: 0.12 s vs 0.18 s; 50%: 0.28 s vs 0.26 s (10M: 2.35 s
-# vs 2.25 s). In random order every deleted row is a random heap page and the index
-# lost from ~2% on (measured with the two-phase key ranges windows replaced: 5%:
-# 0.51 s vs 0.31 s; 50%: 2.5 s vs 0.53 s on 2M rows).
+# 100 B, PG 15, this 2-core machine, python -m bench.row_expiry --strategies, median
+# of 3): the windows read only the expired part of the heap, in order: 1%: 0.036 s
+# vs 0.085 s (10M: 0.105 s vs 0.99 s); 20%: 0.12 s vs 0.18 s (one run); 50%: 0.235 s
+# vs 0.214 s (10M: 2.08 s vs 1.93 s). In random order every deleted row is a random
+# heap page and the index lost from ~2% on (measured with the two-phase key ranges
+# the windows replaced: 5%: 0.51 s vs 0.31 s; 50%: 2.5 s vs 0.53 s on 2M rows).
 INDEX_MAX_SHARE = 0.02
 INDEX_MAX_SHARE_CORRELATED = 0.35
 CORRELATED = 0.9
@@ -144,8 +144,9 @@ def delete_rows(ctx: UnitContext, strategy: str) -> str:
 
 
 def _delete_windows(ctx: UnitContext) -> str:
-    """Key windows over the TTL column's btree (ranges.window_end), each deleted and
-    counted by one statement, its own transaction: sized toward sweeps.STATEMENT_SECONDS
+    """Key windows over the TTL column's btree (ranges.window_end), each deleted in a
+    transaction of its own with the unit's counters and checkpoint (the last one by one
+    statement that does both): sized toward sweeps.STATEMENT_SECONDS
     from what the last one took, between ``delete_batch_size`` rows (the first one, and
     every one while a rate limit or the throttle slows the pass) and
     ``select_batch_size`` (one window's read of keys). A key with more rows than a window
