@@ -131,5 +131,10 @@ class UnitContext:
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
 
+    def paced(self) -> bool:
+        """A rate limit or the throttle slows the pass: its waits fall between transactions,
+        so each transaction is kept to delete_batch_size rows (rows.py)."""
+        return self.delete_limiter.paced or self.select_limiter.rate > 0
+
 
 __all__ = ["EngineSettings", "NullProgress", "ProgressListener", "RateLimiter", "UnitContext", "UnitResult"]

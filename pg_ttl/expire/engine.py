@@ -392,6 +392,7 @@ def run_unit(ctx: UnitContext) -> UnitResult:
                         ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
                         "ranges" if shared else None, unit.action in ("drop", "detach"))).fetchone()
     ctx.checkpoint = dict(row[1]) if row is not None and row[1] else None
+    ctx.rows_may_remain = ctx.checkpoint is not None  # an earlier run did the unit up to it
     if row is not None and row[0] is not None:
         res.action, res.status, res.error = "skip", "skipped", str(row[0])
         res.duration = time.monotonic() - started

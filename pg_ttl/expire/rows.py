@@ -133,8 +133,6 @@ def delete_rows(ctx: UnitContext, strategy: str) -> str:
     back (engine.run_unit), with the statement that ends it."""
     if strategy == "index":
         return _delete_windows(ctx)
-    if ctx.checkpoint is not None:  # an earlier run did the unit up to it
-        ctx.rows_may_remain = True
     for chunks in ctid_batches(ctx):
         set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
         _delete_batch(ctx, iter(chunks))
@@ -153,8 +151,6 @@ def _delete_windows(ctx: UnitContext) -> str:
     holds goes in ctid windows of at most ``delete_batch_size`` rows."""
     policy = ctx.policy
     start, within = ranges.window_start(ctx)
-    if ctx.checkpoint is not None:  # an earlier run did the unit up to it
-        ctx.rows_may_remain = True
     step = policy.delete_batch_size
     largest = max(policy.select_batch_size, step)
     while not ctx.stopping():
@@ -179,7 +175,7 @@ def _delete_windows(ctx: UnitContext) -> str:
             return "ok"
         _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
         took, deleted = max(time.monotonic() - started, 1e-4), ctx.deleted - before
-        paced = ctx.delete_limiter.paced or ctx.select_limiter.rate > 0
+        paced = ctx.paced()
         by_time = max(deleted, 1) * sweeps.STATEMENT_SECONDS / took
         step = policy.delete_batch_size if paced else max(policy.delete_batch_size,
                                                           min(largest, int(by_time), step * 4))
@@ -216,7 +212,7 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
                     group.append((current, n))
                     ctx.deleted += n  # provisional (the ctid ranges size themselves by it)
                     current = None
-                    if (ctx.stopping() or ctx.delete_limiter.paced or ctx.select_limiter.rate > 0
+                    if (ctx.stopping() or ctx.paced()
                             or time.monotonic() - started >= GROUP_SECONDS):
                         break
                     current = next(chunks, None)
