@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import psycopg
 import pytest
 
 from pg_ttl.expire import expire
-from tests.helpers import StopAfter, Together
+from tests.helpers import StopAfter, Together, wait_for_engine_gone
+from tests.worker_proc import wait_until
 
 Conn = psycopg.Connection[Any]
 
@@ -135,21 +135,13 @@ def test_a_killed_run_is_taken_up_by_the_next_at_its_checkpoint(conn: Conn, dsn:
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "run", "events", "--quiet", "--dsn", dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            row = conn.execute("SELECT count(*) FROM ttl.block_range WHERE work = 'delete' AND status = 'ok'"
-                               ).fetchone()
-            if row is not None and row[0] >= 3:
-                break
-            time.sleep(0.01)
+        wait_until(lambda: conn.execute("SELECT count(*) FROM ttl.block_range WHERE work = 'delete'"
+                                        " AND status = 'ok'").fetchone()[0] >= 3,
+                   timeout=60, interval=0.01, what="3 ranges done")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(30)
-    for _ in range(200):  # until its server session has gone too
-        if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
-                        " AND datname = current_database()").fetchone() == (0,):
-            break
-        time.sleep(0.05)
+    wait_for_engine_gone(conn)  # its server session too
     killed = conn.execute("SELECT run_id, rows_deleted FROM ttl.run_unit WHERE action = 'delete'").fetchone()
     assert killed is not None and 0 < killed[1] < expired
     # the counters committed with the deletes: exact
