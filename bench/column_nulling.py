@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from bench.orphans import LongestTransaction
+from bench.runner import rotated
 from bench.server import loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import expire
@@ -80,7 +81,7 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, dict[str, An
     names = list(CONTENDERS)
     copies = 0
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order alternates
+        for name in rotated(names, rep):  # the order alternates
             setup, contender = CONTENDERS[name]
             copies += 1
             copy_name = f"nulling_{rows}_{copies}"

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from bench.orphans import LongestTransaction
+from bench.runner import rotated
 from bench.server import copy_database, loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import expire
@@ -107,7 +108,7 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     names = list(contenders)
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order rotates
+        for name in rotated(names, rep):  # the order rotates
             copy = f"{template}_{rep}_{names.index(name)}"
             dsn = copy_database(server, template, copy)
             if name != "one DELETE":

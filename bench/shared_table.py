@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.runner import rotated
 from bench.server import copy_database, loadavg_text
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
@@ -108,7 +109,7 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     names = list(CONTENDERS)
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:  # the order rotates
+        for name in rotated(names, rep):  # the order rotates
             copy = f"shared_table_{rep}_{names.index(name)}"
             dsn = copy_database(server, dbname, copy)
             if name.startswith("pg_ttl"):
