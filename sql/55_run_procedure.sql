@@ -2,15 +2,18 @@
 --     CALL ttl.run();              -- every policy whose table the caller may act for
 --     CALL ttl.run('events');      -- one table
 -- A thin driver over the engine's SQL primitives: the unit claim, checkpoint
--- take-over and history functions (sql/50_history.sql), and the block range
--- DELETE of ttl.delete_rows_sql() (sql/52_delete_rows.sql) that pg-ttl run and
--- the worker execute too; ranges of about delete_batch_size rows, COMMITs in
--- between; a range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
+-- take-over and history functions (sql/50_history.sql), the choice between key
+-- windows over a btree on the TTL column and block ranges that pg-ttl run and
+-- the worker make too (ttl.row_strategy), the block range DELETE they execute
+-- too (ttl.delete_rows_sql) and key windows shaped as theirs (ttl.window_sql;
+-- both in sql/52_delete_rows.sql); COMMITs in between; a range that meets a row
+-- lock is redone with FOR UPDATE SKIP LOCKED.
 -- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
 -- expressions and triggers never run with the caller's rights; tables whose
 -- owner the caller is not a member of are left alone (a WARNING names them).
 -- A unit resumes from the checkpoint an interrupted run left (this procedure's
--- or pg-ttl's, ctid ranges). A lock held on one partition fails only that unit.
+-- or pg-ttl's: key windows or block ranges). A lock held on one partition fails
+-- only that unit.
 -- Whole-partition drop/detach is done by pg-ttl run / the worker only.
 -- Must be called outside an explicit transaction block (it commits).
 -- No SET clause: a procedure with one cannot COMMIT; settings it needs are
@@ -43,6 +46,13 @@ DECLARE
     unit_n bigint;
     rate bigint;
     max_step bigint;
+    forced text;
+    strategy text;
+    chosen text;
+    w record;
+    k text;
+    e text;
+    win bigint;
 BEGIN
     -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
@@ -72,6 +82,7 @@ BEGIN
     PERFORM ttl.close_dead_runs();
     SELECT value INTO lock_t FROM ttl.settings WHERE name = 'lock_timeout';
     SELECT value INTO row_lock_t FROM ttl.settings WHERE name = 'row_lock_timeout';
+    SELECT value INTO forced FROM ttl.settings WHERE name = 'row_strategy';
     PERFORM pg_catalog.set_config('TimeZone', 'UTC', false),
             pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), false),
             pg_catalog.set_config('statement_timeout',
@@ -131,25 +142,25 @@ BEGIN
             unit_status := 'ok';
             unit_error := NULL;
             cp := ttl.take_over_unit(leaf.oid);
-            IF cp->>'strategy' IS DISTINCT FROM 'ctid' THEN
-                cp := NULL;  -- key ranges are pg-ttl's; block ranges start over from block 0
+            IF cp->>'strategy' IS DISTINCT FROM 'ctid' AND cp->>'strategy' IS DISTINCT FROM 'index' THEN
+                cp := NULL;  -- not a checkpoint of row deletion
             END IF;
-            PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', 'ctid', cp);
-            COMMIT;
-            PERFORM pg_catalog.set_config('role', p.owner, true);
+            strategy := cp->>'strategy';  -- a unit resumes the way it was going
             BEGIN
-                -- waits for a lock on the partition no longer than lock_timeout
-                nblocks := pg_catalog.pg_relation_size(leaf.oid) / pg_catalog.current_setting('block_size')::bigint;
-                -- first range: delete_batch_size rows' worth of blocks; never more than
-                -- select_batch_size rows' worth, whatever the density seen so far
-                SELECT greatest(1, ceil(p.delete_batch_size / d.per_block))::bigint,
+                -- (waits for a lock on the partition no longer than lock_timeout) how its rows
+                -- go (ttl.row_strategy, as pg-ttl run judges it); a block range first of
+                -- delete_batch_size rows' worth of blocks, never more than select_batch_size
+                -- rows' worth, whatever the density seen so far
+                SELECT s.strategy, s.nblocks, greatest(1, ceil(p.delete_batch_size / d.per_block))::bigint,
                        greatest(1, ceil(p.select_batch_size / d.per_block))::bigint
-                  INTO step, max_step
-                  FROM pg_catalog.pg_class c,
-                       LATERAL (SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
-                                            THEN c.reltuples / c.relpages ELSE 100 END AS per_block) d
-                 WHERE c.oid = leaf.oid;
-                IF nblocks IS NOT NULL THEN
+                  INTO chosen, nblocks, step, max_step
+                  FROM ttl.row_strategy(p.relid, leaf.oid, cutoff, coalesce(forced, 'auto')) s,
+                       LATERAL (SELECT CASE WHEN s.relpages > 0 AND s.reltuples > 0
+                                            THEN s.reltuples / s.relpages ELSE 100 END AS per_block) d;
+                strategy := coalesce(strategy, chosen);
+                IF strategy = 'index' THEN
+                    SELECT * INTO w FROM ttl.window_sql(p.relid, leaf.oid, cutoff);
+                ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
                 END IF;
@@ -160,12 +171,101 @@ BEGIN
                 unit_status := 'skipped';
                 unit_error := 'the partition was dropped during the run';
             END;
-            b := coalesce(pg_catalog.split_part(pg_catalog.btrim(cp->>'from', '()'), ',', 1)::bigint, 0);
-            IF cp IS NOT NULL THEN
+            PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', strategy, cp);
+            COMMIT;
+            b := 0;
+            IF cp->>'strategy' = 'ctid' THEN
+                b := coalesce(pg_catalog.split_part(pg_catalog.btrim(cp->>'from', '()'), ',', 1)::bigint, 0);
                 nblocks := least(nblocks, (cp->>'end')::bigint);  -- rows that arrived since are the next run's
             END IF;
             -- Names in the expression resolve in pg_catalog first, then the table's schema.
             PERFORM pg_catalog.set_config('search_path', ttl._table_search_path(p.relid), false);
+            unit_start := pg_catalog.clock_timestamp();
+            unit_n := 0;
+            rate := CASE WHEN p.delete_rate_limit > 0 AND p.select_rate_limit > 0
+                         THEN least(p.delete_rate_limit, p.select_rate_limit)
+                         ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
+            -- Key windows (as pg-ttl run deletes them, rows.py): [k, e) with e the key a
+            -- step of expired rows on from k, each window one transaction with the unit's
+            -- counters and checkpoint (every row below e went). The step starts at
+            -- delete_batch_size rows and follows the time a window takes toward 50 ms, up
+            -- to select_batch_size; a rate limit keeps it at delete_batch_size. A key with
+            -- a step of rows or more: the rest of the unit is swept in block ranges.
+            IF unit_status = 'ok' AND strategy = 'index' THEN
+                k := coalesce(cp->>'from', cp->>'key', cp->>'after');
+                win := p.delete_batch_size;
+                WHILE unit_status = 'ok' LOOP
+                    PERFORM pg_catalog.set_config('role', p.owner, true);
+                    group_start := pg_catalog.clock_timestamp();
+                    BEGIN
+                        EXECUTE w.window_end USING k, win INTO e;  -- keys only, under lock_timeout
+                    EXCEPTION WHEN lock_not_available OR query_canceled THEN
+                        unit_status := 'timeout';
+                        unit_error := SQLERRM;
+                    WHEN undefined_table THEN
+                        unit_status := 'skipped';
+                        unit_error := 'the partition was dropped during the run';
+                    END;
+                    EXIT WHEN unit_status <> 'ok';
+                    IF e = k THEN
+                        strategy := 'ctid';  -- a step of rows or more share this key
+                        BEGIN
+                            del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
+                            skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
+                        EXCEPTION WHEN undefined_table THEN
+                            unit_status := 'skipped';
+                            unit_error := 'the partition was dropped during the run';
+                        END;
+                        UPDATE ttl.run_unit SET strategy = 'ctid' WHERE run_id = run AND unit_relid = leaf.oid;
+                        COMMIT;
+                        EXIT;
+                    END IF;
+                    BEGIN
+                        PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
+                        EXECUTE w.delete_window USING k, e;
+                        GET DIAGNOSTICS n = ROW_COUNT;
+                    EXCEPTION WHEN lock_not_available OR serialization_failure THEN
+                        -- as for block ranges below: the window again, not waiting on row locks
+                        BEGIN
+                            PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
+                            EXECUTE w.delete_window_skip USING k, e;
+                            GET DIAGNOSTICS n = ROW_COUNT;
+                        EXCEPTION WHEN serialization_failure THEN
+                            n := 0;  -- moved again meanwhile: left for the next run
+                            unit_error := 'rows moved to another partition during the run were left for the next run';
+                        WHEN lock_not_available OR query_canceled THEN
+                            unit_status := 'timeout';
+                            unit_error := SQLERRM;
+                        WHEN undefined_table THEN
+                            unit_status := 'skipped';
+                            unit_error := 'the partition was dropped during the run';
+                        END;
+                    WHEN query_canceled THEN
+                        unit_status := 'timeout';
+                        unit_error := SQLERRM;
+                    WHEN undefined_table THEN
+                        unit_status := 'skipped';
+                        unit_error := 'the partition was dropped during the run';
+                    END;
+                    EXIT WHEN unit_status <> 'ok';
+                    UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
+                           checkpoint = jsonb_build_object('strategy', 'index', 'from', e)
+                     WHERE run_id = run AND unit_relid = leaf.oid;
+                    COMMIT;
+                    EXIT WHEN e IS NULL;  -- the last window: every key from k on
+                    k := e;
+                    unit_n := unit_n + n;
+                    IF rate > 0 THEN
+                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
+                                                    pg_catalog.clock_timestamp() - unit_start)));
+                    ELSE
+                        win := greatest(p.delete_batch_size, least(
+                            greatest(p.select_batch_size, p.delete_batch_size), win * 4,
+                            (greatest(n, 1) * 0.05 / greatest(extract(epoch FROM pg_catalog.clock_timestamp()
+                                                                      - group_start), 0.0001))::bigint));
+                    END IF;
+                END LOOP;
+            END IF;
             -- Ranges are grouped into transactions of about 50 ms (as the Python
             -- engine does), each committed with one update of the unit's counters
             -- and checkpoint; a rate limit makes every range its own transaction
@@ -173,12 +273,7 @@ BEGIN
             -- rows the last one held, toward delete_batch_size of them.
             group_start := pg_catalog.clock_timestamp();
             group_n := 0;
-            unit_start := group_start;
-            unit_n := 0;
-            rate := CASE WHEN p.delete_rate_limit > 0 AND p.select_rate_limit > 0
-                         THEN least(p.delete_rate_limit, p.select_rate_limit)
-                         ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
-            WHILE unit_status = 'ok' AND b < coalesce(nblocks, 0) LOOP
+            WHILE unit_status = 'ok' AND strategy = 'ctid' AND b < coalesce(nblocks, 0) LOOP
                 PERFORM pg_catalog.set_config('role', p.owner, true);
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);

@@ -10,12 +10,17 @@ past it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from helpers import StopAfter
+from psycopg.types.json import Jsonb
+from worker_proc import wait_until
 
 from pg_ttl.expire import expire, ranges
 from pg_ttl.expire.context import NullProgress
@@ -112,3 +117,145 @@ def test_a_key_with_more_rows_than_a_window_goes_in_ctid_windows_and_the_windows
     assert res.status == "ok" and res.rows_deleted == 600
     assert max(sizes.deleted) <= 40  # paced: windows and the key's ctid windows alike
     assert db.execute("SELECT count(*), min(v) FROM w").fetchone()[0] == 100
+
+
+# -- CALL ttl.run(): the same choice (ttl.row_strategy) and key windows (ttl.window_sql) --
+
+def _sliced(db: psycopg.Connection[Any], name: str, share: float) -> None:
+    """20,000 rows one minute apart in insertion order, a btree on v; ``share`` of them
+    expired at the fixed cutoff 2020-01-02 + share * 20,000 minutes."""
+    db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
+    db.execute(f"CREATE INDEX ON {name} (v)")
+    db.execute(f"INSERT INTO {name} SELECT g, timestamptz '2020-01-01' + g * interval '1 minute', 'x' "
+               "FROM generate_series(1, 20000) g")
+    db.execute(f"VACUUM ANALYZE {name}")
+    db.execute("SELECT ttl.enable(%s, expire_after => '1 day', column_name => 'v', delete_batch_size => 100)",
+               (name,))
+
+
+@pytest.mark.parametrize("share", [0.01, 0.5])
+def test_call_run_chooses_as_the_engine_does_and_deletes_in_key_windows(
+        db: psycopg.Connection[Any], dsn: str, connect: Any, share: float) -> None:
+    db.autocommit = True
+    _sliced(db, "py", share)
+    _sliced(db, "sq", share)
+    cutoff = datetime(2020, 1, 2, tzinfo=UTC) + timedelta(minutes=int(20000 * share))
+    [res] = expire(dsn, ["py"], cutoff=cutoff)
+    connect().execute("CALL ttl.run('sq', %s)", (cutoff,))
+    [(strategy, deleted, status, cp)] = db.execute(
+        "SELECT u.strategy, u.rows_deleted, u.status, u.checkpoint FROM ttl.run_unit u"
+        " JOIN ttl.run r USING (run_id) WHERE r.worker = 'ttl.run()'").fetchall()
+    assert strategy == res.units[0].strategy == ("index" if share < 0.35 else "ctid")
+    assert (deleted, status, cp) == (int(20000 * share), "ok", None)
+    assert db.execute("SELECT min(id), count(*) FROM sq").fetchone() == (int(20000 * share) + 1,
+                                                                        20000 - int(20000 * share))
+
+
+def test_call_run_killed_mid_unit_is_resumed_by_the_engine_at_its_window(
+        db: psycopg.Connection[Any], dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CALL killed between two key windows leaves the checkpoint pg-ttl run resumes from
+    (the same format): its first window starts at that key, and it deletes the rest."""
+    _table(db, 3000, dbs=50, rate=500)  # windows of 50 rows, 500 rows/s: about 6 s in all
+    caller = connect()
+    pid = caller.info.backend_pid
+    done = threading.Event()
+
+    def call() -> None:
+        with contextlib.suppress(psycopg.OperationalError):
+            caller.execute("CALL ttl.run('w')")
+        done.set()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until(lambda: (db.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone() or [0])[0]
+               >= 500, timeout=20)
+    db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    db.commit()
+    assert done.wait(10)
+    thread.join()
+    [(first, cp)] = db.execute("SELECT rows_deleted, checkpoint FROM ttl.run_unit").fetchall()
+    assert cp["strategy"] == "index" and cp["from"] is not None and 500 <= first < 3000
+    # every expired row below the key went, none from it on
+    assert db.execute("SELECT count(*) FILTER (WHERE v < %(k)s), count(*) FILTER (WHERE v >= %(k)s)"
+                      " FROM w WHERE v < '2999-01-01'", {"k": cp["from"]}).fetchone() == (0, 3000 - first)
+    db.execute("SELECT ttl.set_options('w', '{\"delete_rate_limit\": \"0\"}')")
+    db.commit()
+    starts: list[ranges.WindowStart] = []
+    original = ranges.window_end
+
+    def recording(ctx: Any, start: ranges.WindowStart, step: int) -> str | None:
+        starts.append(start)
+        return original(ctx, start, step)
+
+    monkeypatch.setattr(ranges, "window_end", recording)
+    [res] = expire(dsn)
+    assert (starts[0].key, starts[0].inclusive) == (cp["from"], True)
+    assert res.status == "ok" and res.rows_deleted == 3000 - first and res.units[0].strategy == "index"
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+
+
+def test_call_run_resumes_its_own_windows_at_the_checkpoint(db: psycopg.Connection[Any], connect: Any) -> None:
+    _table(db, 1000, dbs=50)
+    db.autocommit = True
+    # as a killed run leaves it: the unit's checkpoint at key 500 (rows below it gone)
+    key = db.execute("SELECT CAST(v AS text) FROM w WHERE id = 500").fetchone()[0]
+    db.execute("DELETE FROM w WHERE id < 500")
+    run = db.execute("INSERT INTO ttl.run (relid, table_name, worker, cutoff, status) VALUES"
+                     " ('w'::regclass, 'w', 'ttl.run()', now(), 'interrupted') RETURNING run_id").fetchone()[0]
+    db.execute("INSERT INTO ttl.run_unit (run_id, unit_relid, unit_name, action, strategy, status, checkpoint)"
+               " VALUES (%s, 'w'::regclass, 'w', 'delete', 'index', 'interrupted', %s)",
+               (run, Jsonb({"strategy": "index", "from": key})))
+    connect().execute("CALL ttl.run('w')")
+    [(resumed, deleted, status)] = db.execute(
+        "SELECT resumed_from, rows_deleted, status FROM ttl.run_unit WHERE run_id > %s", (run,)).fetchall()
+    assert resumed == {"strategy": "index", "from": key} and (deleted, status) == (501, "ok")
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+
+
+def test_call_run_sweeps_the_rest_in_block_ranges_past_a_key_of_a_window_or_more(
+        db: psycopg.Connection[Any], connect: Any) -> None:
+    db.execute("CREATE TABLE w (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
+    db.execute("CREATE INDEX ON w (v)")
+    # 50 keys of one row, 500 rows of one key, 50 keys of one row (all expired), 100 live
+    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-01' + g * interval '1 s', 'x' "
+               "FROM generate_series(1, 50) g")
+    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-02', 'x' FROM generate_series(51, 550) g")
+    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-03' + g * interval '1 s', 'x' "
+               "FROM generate_series(551, 600) g")
+    db.execute("INSERT INTO w SELECT g, '2999-01-01', 'x' FROM generate_series(601, 700) g")
+    db.execute("ANALYZE w")
+    # paced: windows of delete_batch_size rows, so the key of 500 rows fills one
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', select_batch_size => 200,"
+               " delete_batch_size => 40, delete_rate_limit => 1000000)")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    # what each DELETE statement took: its rows and their keys
+    db.execute("CREATE TABLE deletes (n bigint, lo timestamptz, hi timestamptz,"
+               " at timestamptz DEFAULT clock_timestamp())")
+    db.execute("CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " INSERT INTO deletes (n, lo, hi) SELECT count(*), min(v), max(v) FROM gone HAVING count(*) > 0;"
+               " RETURN NULL; END $$")
+    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
+               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+    db.commit()
+    connect().execute("CALL ttl.run('w')")
+    assert db.execute("SELECT strategy, status, rows_deleted, checkpoint FROM ttl.run_unit").fetchall() == [
+        ("ctid", "ok", 600, None)]
+    log = db.execute("SELECT n, lo, hi FROM deletes ORDER BY at").fetchall()
+    # key windows of 40 rows up to the key of 500 rows, then block ranges for the rest
+    assert [n for n, _, _ in log[:2]] == [40, 10]
+    assert all(hi < datetime(2020, 1, 2, tzinfo=UTC) for _, _, hi in log[:2])
+    assert sum(n for n, _, _ in log) == 600 and log[2][1] == datetime(2020, 1, 2, tzinfo=UTC)
+    assert db.execute("SELECT count(*) FROM w WHERE v < '2999-01-01'").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+
+
+def test_call_run_windows_pass_a_row_the_application_holds(db: psycopg.Connection[Any], connect: Any) -> None:
+    _table(db, 1000, dbs=50)
+    app = connect(autocommit=False)
+    app.execute("SELECT 1 FROM w WHERE id = 321 FOR UPDATE")
+    started = time.monotonic()
+    connect().execute("CALL ttl.run('w')")
+    assert time.monotonic() - started < 5  # never waited on the row beyond row_lock_timeout
+    app.rollback()
+    assert db.execute("SELECT strategy, status, rows_deleted FROM ttl.run_unit").fetchall() == [("index", "ok", 999)]
+    assert db.execute("SELECT array_agg(id) FROM w WHERE v < '2999-01-01'").fetchone() == ([321],)

@@ -471,7 +471,7 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
             elif ctx.chosen is not None:  # chosen before the claim (_shares_ranges)
                 res.strategy, estimate = ctx.chosen
             else:
-                res.strategy, estimate = rows.choose_strategy(ctx, lambda: estimate_expired(ctx))
+                res.strategy, estimate = rows.choose_strategy(ctx)
         except psycopg.Error:
             # (a lock on the table, say) the unit is recorded, to be finished with what happened
             if not conn.broken:
@@ -521,7 +521,7 @@ def _shares_ranges(ctx: UnitContext) -> bool:
             or settings.row_strategy == "index"):
         return False
     try:
-        strategy, estimate = rows.choose_strategy(ctx, lambda: estimate_expired(ctx))
+        strategy, estimate = rows.choose_strategy(ctx)
     except psycopg.Error:
         if ctx.conn.broken:
             raise

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
@@ -39,32 +39,15 @@ from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.ranges import MOVED_RETRIES, Chunk, ctid_batches, execute, set_lock_timeout
 
 # The unit's size (pg_relation_size: blocks now; reltuples and relpages: as of the last
-# ANALYZE), its btree on the TTL column if any, that column's correlation, and (row expiry)
-# the statement that deletes a ctid range of it (ttl.delete_rows_sql). pg_stats (not
-# pg_statistic: the owner may read only the view) by constant names, so its indexes find the
-# one row: joined to pg_class instead, it read every partition's statistics (11 ms a call at
-# 1,000 partitions, 0.3 ms this way).
+# ANALYZE), how its rows are deleted with the planner's estimate of its expired rows
+# (ttl.row_strategy: the rule both engines follow) and (row expiry) the statement that
+# deletes a ctid range of it (ttl.delete_rows_sql).
 UNIT_CATALOG = """
-SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int8, c.reltuples, c.relpages,
-       ix.relname,
-       CASE WHEN ix.relname IS NOT NULL THEN
-            (SELECT s.correlation FROM pg_catalog.pg_stats s
-              WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = %(column)s) END,
-       CASE WHEN %(row_expiry)s THEN ttl.delete_rows_sql(%(policy)s::oid::regclass, c.oid::regclass, %(cutoff)s) END
-  FROM pg_catalog.pg_class c
-  LEFT JOIN LATERAL (
-       SELECT ic.relname FROM pg_catalog.pg_index i
-         JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-         JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-         JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-        WHERE i.indrelid = c.oid AND i.indisvalid AND i.indisready AND i.indpred IS NULL
-          AND am.amname = 'btree' AND a.attname = %(column)s
-        LIMIT 1) ix ON true
- WHERE c.oid = %(relid)s
+SELECT s.nblocks, s.reltuples, s.relpages, s.strategy, s.expired_estimate,
+       CASE WHEN %(row_expiry)s THEN ttl.delete_rows_sql(%(policy)s::oid::regclass, %(relid)s::oid::regclass,
+                                                        %(cutoff)s) END
+  FROM ttl.row_strategy(%(policy)s::oid::regclass, %(relid)s::oid::regclass, %(cutoff)s, %(forced)s) s
 """
-# A unit this small without a btree on the TTL column is swept in one ctid range at once:
-# the planner's estimate of its expired rows (for progress bars) is not read.
-SMALL_UNIT_BLOCKS = 8
 ACCOUNT_GROUP = """
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected = rows_selected + %(selected)s,
        checkpoint = %(checkpoint)s
@@ -84,46 +67,20 @@ DELETE_ROWS_SQL = "SELECT ttl.delete_rows_sql(%s::oid::regclass, %s::oid::regcla
 
 
 
-# When key windows over the TTL index beat a ctid sweep of the whole unit, by the
-# share of rows expired. In insertion order (|correlation| ~1; 1M and 10M rows of
-# 100 B, PG 15, this 2-core machine, python -m bench.row_expiry --strategies, median
-# of 3): the windows read only the expired part of the heap, in order: 1%: 0.036 s
-# vs 0.085 s (10M: 0.105 s vs 0.99 s); 20%: 0.12 s vs 0.18 s (one run); 50%: 0.235 s
-# vs 0.214 s (10M: 2.08 s vs 1.93 s). In random order every deleted row is a random
-# heap page and the index lost from ~2% on (measured with the two-phase key ranges
-# the windows replaced: 5%: 0.51 s vs 0.31 s; 50%: 2.5 s vs 0.53 s on 2M rows).
-INDEX_MAX_SHARE = 0.02
-INDEX_MAX_SHARE_CORRELATED = 0.35
-CORRELATED = 0.9
-
-
-def choose_strategy(ctx: UnitContext, estimate: Callable[[], int | None]) -> tuple[str, int | None]:
-    """``index`` (key ranges over a btree on the TTL column) when it touches few heap
-    pages, else ``ctid`` (block ranges, one sequential sweep); the ``row_strategy``
-    setting can force either. With the planner's estimate of the expired rows when it was
-    read (``estimate``; not for a small unit swept anyway). Keeps the unit's size for its
-    sweep."""
-    row = ctx.conn.execute(UNIT_CATALOG, {"schema": ctx.unit.schema, "table": ctx.unit.relname,
-                                          "column": ctx.policy.column if ctx.pred.column is not None else None,
-                                          "relid": ctx.unit.relid, "row_expiry": ctx.pred.row_expiry,
-                                          "policy": ctx.policy.relid, "cutoff": ctx.pred.cutoff}).fetchone()
-    if row is None or row[0] is None:  # dropped since the unit was listed: the engine records it skipped
-        raise errors.UndefinedTable(f"the partition {ctx.unit.name} was dropped during the run")
-    nblocks, reltuples, relpages, index, correlation = int(row[0]), float(row[1]), int(row[2]), row[3], row[4]
-    ctx.size = (nblocks, reltuples, relpages)
+def choose_strategy(ctx: UnitContext) -> tuple[str, int | None]:
+    """``index`` (key windows over a btree on the TTL column) when they touch few heap
+    pages, else ``ctid`` (block ranges, one sequential sweep), as ttl.row_strategy
+    judges (the ``row_strategy`` setting can force either); with the planner's estimate
+    of the expired rows (None for a small unit swept at once). Keeps the unit's size for
+    its sweep. Runs as the table's owner (the owner's expression is planned)."""
+    row = ctx.conn.execute(UNIT_CATALOG, {"relid": ctx.unit.relid, "row_expiry": ctx.pred.row_expiry,
+                                          "policy": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
+                                          "forced": ctx.settings.row_strategy}).fetchone()
+    assert row is not None
+    ctx.size = (int(row[0]), float(row[1]), int(row[2]))
     if row[5] is not None:
         ctx.block_delete[False] = row[5]
-    forced = ctx.settings.row_strategy
-    if index is None or forced == "ctid":
-        return "ctid", (None if nblocks <= SMALL_UNIT_BLOCKS else estimate())
-    expired = estimate()
-    if forced == "index":
-        return "index", expired
-    if reltuples <= 0 or expired is None:
-        return "index", expired  # never analyzed: no reason to think it is dense
-    share = expired / reltuples
-    correlated = correlation is not None and abs(float(correlation)) >= CORRELATED
-    return ("index" if share <= (INDEX_MAX_SHARE_CORRELATED if correlated else INDEX_MAX_SHARE) else "ctid"), expired
+    return str(row[3]), (None if row[4] is None else int(row[4]))
 
 
 def delete_rows(ctx: UnitContext, strategy: str) -> str:
