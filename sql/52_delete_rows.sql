@@ -207,3 +207,18 @@ BEGIN
                                  target, keys, e.expired);
 END
 $fn$;
+
+-- What a pass of the engine reads of the settings, once: every setting as text,
+-- the WAL a replica may have left before the throttle slows down (bytes), and
+-- the shared sweeps' sizes in blocks. pg-ttl run reads it with the pass's
+-- cutoff; the worker with each run's start, in the statement that begins it.
+CREATE OR REPLACE FUNCTION ttl._pass_settings(OUT settings json, OUT replica_lag_bytes bigint,
+                                              OUT row_range_blocks bigint, OUT shared_sweep_blocks bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT (SELECT json_object_agg(s.name, s.value) FROM ttl.settings s),
+           -- the size as PostgreSQL reads it ('256MB', '1 GB')
+           (SELECT pg_size_bytes(s.value) FROM ttl.settings s WHERE s.name = 'throttle_replica_lag'),
+           ttl.row_range_blocks(), ttl.shared_sweep_blocks()
+$fn$;

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import psycopg
 
+from pg_ttl.expire.history import UnitEnd
 from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
 from pg_ttl.expire.results import UnitResult
@@ -36,6 +38,11 @@ class NullProgress:
         pass
 
 
+# What a pass reads of the settings, once (ttl._pass_settings() s): by pg-ttl run with the
+# cutoff, by the worker with each run's start (in the statement that begins it).
+PASS_SETTINGS = "s.settings, s.replica_lag_bytes, s.row_range_blocks, s.shared_sweep_blocks"
+
+
 @dataclass
 class EngineSettings:
     lock_timeout: str = "1s"
@@ -49,10 +56,20 @@ class EngineSettings:
     # sweeps.py); 0: never
     row_range_blocks: int = 0
     shared_sweep_blocks: int = 0
+    # the WAL a replica may have left to replay before the throttle slows down (bytes; None: no limit)
+    replica_lag_bytes: int | None = None
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
         return cls.from_values(dict(conn.execute("SELECT name, value FROM ttl.settings").fetchall()))
+
+    @classmethod
+    def from_pass_row(cls, row: Sequence[Any]) -> EngineSettings:
+        """From the columns PASS_SETTINGS names (``ttl._pass_settings()``), as a pass reads them."""
+        settings = cls.from_values(row[0] or {})
+        settings.replica_lag_bytes = None if row[1] is None else int(row[1])
+        settings.row_range_blocks, settings.shared_sweep_blocks = int(row[2] or 0), int(row[3] or 0)
+        return settings
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> EngineSettings:
@@ -127,6 +144,8 @@ class UnitContext:
     # or kept moving, or another run (of this pass or an earlier one) did part of the unit.
     # Without it, the unit's work met every such row and deleted it (engine: the lag metric).
     rows_may_remain: bool = False
+    # the unit's end, left to the statement that ends its run (engine.run_unit's defer_end)
+    unit_end: UnitEnd | None = None
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

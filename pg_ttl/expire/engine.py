@@ -14,9 +14,16 @@ from psycopg import errors
 
 from pg_ttl.archive.storage import StorageError
 from pg_ttl.expire import columns, history, oldest, orphans, owner, partitions, queues, ranges, rows, sweeps, tiers
-from pg_ttl.expire.context import EngineSettings, NullProgress, ProgressListener, RateLimiter, UnitContext
+from pg_ttl.expire.context import (
+    PASS_SETTINGS,
+    EngineSettings,
+    NullProgress,
+    ProgressListener,
+    RateLimiter,
+    UnitContext,
+)
 from pg_ttl.expire.pace import Pace
-from pg_ttl.expire.predicate import EnginePolicy, Predicate, build_predicate, load_policies
+from pg_ttl.expire.predicate import EnginePolicy, Predicate, load_policies, load_policy_as_owner, start_run
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
 from pg_ttl.expire.units import Unit, list_units
 
@@ -126,36 +133,33 @@ class Engine:
 
     def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
                stop: threading.Event | None = None, progress: ProgressListener | None = None,
-               worker: str | None = None, cutoff: datetime | None = None) -> list[TableResult]:
+               worker: str | None = None, cutoff: datetime | None = None,
+               settings: EngineSettings | None = None) -> list[TableResult]:
         """One pass over ``tables`` (names, resolved in the session's search_path) and ``relids``
         (None for both: every policy). ``stop`` set: finish the current batch, return.
 
         The cutoff is the server's ``now()``, taken once. ``cutoff`` may set an
         earlier one (tests, a cautious catch-up); never a later one: nothing is
-        deleted before it expires.
+        deleted before it expires. ``settings`` with ``cutoff``: both read from the
+        database by the caller a moment ago (the worker, with the run's start), not again.
         """
         conn = self.conn
         clean = False
         try:
             if tables is not None:
                 relids = [*(relids or []), *resolve_tables(conn, tables, self._user_search_path)]
-            row = conn.execute("SELECT now(), %s::timestamptz > now(), "
-                               "(SELECT pg_catalog.json_object_agg(s.name, s.value) FROM ttl.settings s), "
-                               # the size as PostgreSQL reads it ('256MB', '1 GB')
-                               "(SELECT pg_catalog.pg_size_bytes(s.value) FROM ttl.settings s "
-                               " WHERE s.name = 'throttle_replica_lag'), "
-                               "ttl.row_range_blocks(), ttl.shared_sweep_blocks()",
-                               (cutoff,)).fetchone()
-            assert row is not None
-            if row[1]:
-                raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): rows would go early")
-            cutoff = cutoff or row[0]  # once per run, from the server clock
+            if settings is None or cutoff is None:
+                row = conn.execute("SELECT now(), %s::timestamptz > now(), " + PASS_SETTINGS
+                                   + " FROM ttl._pass_settings() s", (cutoff,)).fetchone()
+                assert row is not None
+                if row[1]:
+                    raise EngineError(f"cutoff {cutoff} is later than the server clock ({row[0]}): "
+                                      "rows would go early")
+                cutoff = cutoff or row[0]  # once per run, from the server clock
+                settings = EngineSettings.from_pass_row(row[2:])
             assert cutoff is not None
-            settings = EngineSettings.from_values(row[2] or {})
-            settings.row_range_blocks, settings.shared_sweep_blocks = int(row[4] or 0), int(row[5] or 0)
             settings = self._apply_settings(settings)
-            self.pace.configure(settings.throttle, settings.throttle_target,
-                                None if row[3] is None else int(row[3]))
+            self.pace.configure(settings.throttle, settings.throttle_target, settings.replica_lag_bytes)
             self.pace.stop = stop
             housekeeping = self._housekept_at is None or \
                 time.monotonic() - self._housekept_at >= self.HOUSEKEEPING_SECONDS
@@ -191,23 +195,33 @@ class Engine:
         conn = self.conn
         wanted = list(relids) if relids is not None else None
         results: list[TableResult] = []
-        policies = load_policies(conn, wanted)
+        # One table: its owner's role is taken with its policy (None: each run takes its own)
+        taken: bool | None = None
+        if wanted is not None and len(wanted) == 1:
+            one, taken = load_policy_as_owner(conn, wanted[0])
+            policies = [one] if one is not None else []
+        else:
+            policies = load_policies(conn, wanted)
         # Tables asked for by oid that all have a table TTL and no orphan policy (the worker's
         # runs): no column-only table and no orphan policy among them to look for.
         covered = wanted is not None and {p.relid for p in policies} >= set(wanted)
         for policy in policies:
+            owner_taken, taken = taken, None  # (the role goes back at the run's end)
             if stop is not None and stop.is_set():
+                if owner_taken:
+                    owner.restore(conn, local=False, search_path=SEARCH_PATH)
                 break
             if policy.has_tiers:  # rows that reached a storage tier move first
                 archived = expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker, kind="archive", pace=pace)
+                                        worker=worker, kind="archive", pace=pace, owner_taken=owner_taken)
                 results.append(archived)
+                owner_taken = None  # the archive run gave the role back
                 # Rows past the DELETE are to be archived first: while their archive run did not
                 # finish (storage down, a row held by the application), none of them is deleted.
                 if archived.status != "ok" and tiers.archives_before_delete(conn, policy.relid):
                     continue
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker, pace=pace))
+                                        worker=worker, pace=pace, owner_taken=owner_taken))
         if (stop is None or not stop.is_set()) and not covered:  # tables with column TTLs only
             results.extend(columns.expire_column_only(conn, wanted, cutoff, stop, worker, pace=pace))
         # Orphans last: the children of the tables just expired follow their parents.
@@ -230,21 +244,27 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
-                 kind: str = "rows", pace: Pace | None = None) -> TableResult:
+                 kind: str = "rows", pace: Pace | None = None, owner_taken: bool | None = None) -> TableResult:
     """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
     its orphans ('orphans', sql/80_orphans.sql), or its rows that reached a storage
     tier ('archive', sql/82_tiers.sql). Whatever goes wrong with this table
     (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
     lost connection is raised. Any other exception (a bug) closes the run as failed,
-    with its text, before it goes on."""
+    with its text, before it goes on. ``owner_taken``: the session took the owner's role
+    already (True) or may not (False; None: take it here)."""
     started = time.monotonic()
     result = TableResult(policy.name, None, "ok")
     try:
-        owner.become(conn, policy.owner, policy.name, local=False)
+        if owner_taken is None:
+            owner.become(conn, policy.owner, policy.name, local=False)
+        elif not owner_taken:
+            raise owner.NotOwner(owner.not_member(policy.owner, policy.name))
     except owner.NotOwner as exc:
         result.status, result.error = "failed", str(exc)
         result.duration = time.monotonic() - started
         return result
+    restored = False
+    pending: history.UnitEnd | None = None  # the only unit's end, left to the run's
     try:
         if policy.paused:
             reason = f"paused (SELECT ttl.resume('{policy.name}') to resume)"
@@ -253,10 +273,10 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             return TableResult(policy.name, run_id, "paused", error=reason)
         if kind == "orphans":
             pred = orphans.orphan_predicate(conn, policy, cutoff)
+            result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff,
+                                              search_path=pred.search_path)
         else:
-            pred = build_predicate(conn, policy, cutoff)
-        result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff,
-                                          search_path=pred.search_path)
+            pred, result.run_id = start_run(conn, policy, cutoff, worker)
         if kind == "orphans":
             units = orphans.orphan_units(conn, policy)
         elif kind == "archive":
@@ -265,12 +285,19 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
             units = queues.shard_units(conn, policy, due=pred.cutoff)  # a filled expiration queue: its shards due
         else:
             units = list_units(conn, policy, pred)
-        _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress, pace)
-        if kind == "rows" and (stop is None or not stop.is_set()):
-            if _left_nothing(result):
-                result.oldest_left, result.oldest_measured = None, True
-            else:
-                _measure_oldest_left(conn, policy, pred, result)
+        status, pending = _run_units(conn, policy, pred, units, result, result.run_id, settings, stop, progress,
+                                     pace)
+        # What the run left expired, for the lag metric (as the owner, before the role goes back)
+        measure = kind == "rows" and (stop is None or not stop.is_set())
+        if measure and _left_nothing(result):
+            result.oldest_left, result.oldest_measured, measure = None, True, False
+        result.status = history.finish_run(conn, result.run_id, status, unit_end=pending,
+                                           restore=None if measure else SEARCH_PATH)
+        pending, restored = None, not measure
+        if result.status == "failed":
+            result.error = result.first_failure()
+        if measure:
+            _measure_oldest_left(conn, policy, pred, result)
     except (psycopg.Error, LookupError) as exc:
         if conn.broken:
             raise
@@ -278,14 +305,20 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         if isinstance(exc, LookupError | errors.UndefinedTable):
             result.status, result.error = "interrupted", "the table was dropped or lost its TTL during the run"
         if result.run_id is not None:
-            history.finish_run(conn, result.run_id, result.status, result.error)
+            history.finish_run(conn, result.run_id, result.status, result.error, unit_end=pending)
+            pending = None
     except BaseException as exc:
         if result.run_id is not None and not conn.broken:
             result.status, result.error = "failed", error_text(exc)
-            history.close_failed_run(conn, result.run_id, result.error)
+            history.close_failed_run(conn, result.run_id, result.error, unit_end=pending)
+            pending = None
         raise
     finally:
-        owner.restore(conn, local=False, search_path=SEARCH_PATH)
+        if pending is not None and not conn.broken:  # its claim goes, whatever happened
+            with contextlib.suppress(psycopg.Error):
+                history.end_unit(conn, result.run_id or 0, pending)
+        if not restored:
+            owner.restore(conn, local=False, search_path=SEARCH_PATH)
     result.duration = time.monotonic() - started
     if pace is not None and result.units:
         result.pace = pace.state()
@@ -324,16 +357,20 @@ RESUMABLE = ("delete", "archive", "queue")
 
 def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, units: list[Unit],
                result: TableResult, run_id: int, settings: EngineSettings, stop: threading.Event | None,
-               progress: ProgressListener, pace: Pace | None = None) -> None:
-    """The table's units, one after the other, then the run's end. The status is the one
-    the database records, judged from the units (ttl._finish_run)."""
+               progress: ProgressListener, pace: Pace | None = None) -> tuple[str | None, history.UnitEnd | None]:
+    """The table's units, one after the other. Returns the status to end the run with
+    (None: judged from its units by ttl._finish_run) and the end of a table's only unit,
+    left to the statement that ends the run."""
     select_limiter = RateLimiter(policy.select_rate_limit, stop)
     delete_limiter = RateLimiter(policy.delete_rate_limit, stop, pace)
     stopped_before: Unit | None = None
+    pending: list[history.UnitEnd] = []
 
     def one(unit: Unit) -> None:
         ctx = UnitContext(conn, policy, pred, unit, run_id, settings, progress, select_limiter, delete_limiter, stop)
-        unit_result = run_unit(ctx)
+        unit_result = run_unit(ctx, defer_end=len(units) == 1)
+        if ctx.unit_end is not None:
+            pending.append(ctx.unit_end)
         result.add(unit_result)
         progress.unit_finished(unit_result)
 
@@ -364,20 +401,18 @@ def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
             result.add(unit_result)
             progress.unit_finished(unit_result)
     if stopped_before is not None and not result.units:
-        # Stopped before its first unit: no unit to judge the run from.
-        result.status = history.finish_run(conn, run_id, "partial")
-        return
+        return "partial", None  # stopped before its first unit: no unit to judge the run from
     if stopped_before is not None:
         # Where the pass stopped, in the history too: a unit not done makes the run partial.
         history.skip_unit(conn, run_id, stopped_before.relid, stopped_before.name, STOPPED)
         result.units.append(UnitResult(policy.name, stopped_before.name, "skip", 0, 0, "skipped", STOPPED, 0.0,
                                        relid=stopped_before.relid))
-    result.status = history.finish_run(conn, run_id, None)
-    if result.status == "failed":
-        result.error = result.first_failure()
+    return None, (pending[0] if pending else None)
 
 
-def run_unit(ctx: UnitContext) -> UnitResult:
+def run_unit(ctx: UnitContext, defer_end: bool = False) -> UnitResult:
+    """The unit's claim, work and end. ``defer_end``: a unit that ends normally leaves its
+    end (history row and claim) in ``ctx.unit_end`` to the statement that ends the run."""
     unit, conn = ctx.unit, ctx.conn
     started = time.monotonic()
     res = UnitResult(ctx.policy.name, unit.name, unit.action, 0, 0, "ok", None, 0.0, relid=unit.relid)
@@ -436,9 +471,12 @@ def run_unit(ctx: UnitContext) -> UnitResult:
                 # status; one that failed before starting has no row to finish (an UPDATE of nothing).
                 restore = ctx.lock_timeout not in (None, ctx.settings.lock_timeout)
                 if not ended:
-                    conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true), CASE WHEN %s "
-                                 "THEN pg_catalog.set_config('lock_timeout', %s, false) END",
-                                 (ctx.run_id, unit.relid, res.status, res.error, restore, ctx.settings.lock_timeout))
+                    end = history.UnitEnd(unit.relid, res.status, res.error,
+                                          ctx.settings.lock_timeout if restore else None)
+                    if defer_end and escaping is None:
+                        ctx.unit_end = end
+                    else:
+                        history.end_unit(conn, ctx.run_id, end)
                 elif restore:
                     ranges.set_lock_timeout(ctx, ctx.settings.lock_timeout)
                 ctx.lock_timeout = ctx.settings.lock_timeout
@@ -463,27 +501,14 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         ctx.progress.unit_started(policy.name, unit.name, unit.action, ctx.chosen[1])
         res.status = sweeps.run(ctx, rows.range_delete(ctx), ctx.settings.row_range_blocks)
     elif unit.action == "delete":
-        resumed = (ctx.checkpoint or {}).get("strategy")
         # resume the way it was going (a checkpoint only makes sense to its own strategy)
-        try:
-            if resumed in ("index", "ctid"):
-                res.strategy, estimate = str(resumed), estimate_expired(ctx)
-            elif ctx.chosen is not None:  # chosen before the claim (_shares_ranges)
-                res.strategy, estimate = ctx.chosen
-            else:
-                res.strategy, estimate = rows.choose_strategy(ctx)
-        except psycopg.Error:
-            # (a lock on the table, say) the unit is recorded, to be finished with what happened
-            if not conn.broken:
-                with contextlib.suppress(psycopg.Error):
-                    history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, None, ctx.checkpoint)
-            raise
-        # A fresh ctid sweep deletes at once: it runs under row_lock_timeout from here (rows.py).
-        sweep_now = res.strategy == "ctid" and ctx.size is not None
-        history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint,
-                           lock_timeout=ctx.settings.row_lock_timeout if sweep_now else None)
-        if sweep_now:
-            ctx.lock_timeout = ctx.settings.row_lock_timeout
+        cp_strategy = (ctx.checkpoint or {}).get("strategy")
+        resumed = str(cp_strategy) if cp_strategy in ("index", "ctid") else None
+        if ctx.chosen is not None and resumed is None:  # chosen before the claim (_shares_ranges)
+            res.strategy, estimate = ctx.chosen
+            history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)
+        else:  # chosen and started in one round trip
+            res.strategy, estimate = rows.start_unit(ctx, resumed)
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and policy.has_column_ttls:  # its expired column values, while still claimed

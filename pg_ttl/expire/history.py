@@ -7,6 +7,7 @@ deletes its rows (see rows.py), so they are exact whatever happens to the run.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,19 +50,54 @@ def skip_unit(conn: psycopg.Connection[Any], run_id: int, unit_relid: int, name:
     conn.execute("SELECT ttl._skip_unit(%s, %s, %s, %s)", (run_id, unit_relid, name, reason))
 
 
-def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None) -> str:
+@dataclass
+class UnitEnd:
+    """A unit's end left to the statement that ends its run (a table of one unit: one round
+    trip less): its status and error, and the lock_timeout to set back (None: unchanged)."""
+
+    unit_relid: int
+    status: str
+    error: str | None
+    lock_timeout: str | None
+
+
+# The run's end (sql/50_history.sql), after its last unit's end if left to it, and the
+# session's role and search_path back to its own when asked: one statement, in this order.
+FINISH_RUN = """
+SELECT CASE WHEN %(unit)s::oid IS NOT NULL
+            THEN ttl._end_unit(%(run)s, %(unit)s, %(unit_status)s, %(unit_error)s, true) END,
+       CASE WHEN %(lock)s::text IS NOT NULL THEN pg_catalog.set_config('lock_timeout', %(lock)s, false) END,
+       ttl._finish_run(%(run)s, %(status)s, %(error)s),
+       CASE WHEN %(path)s::text IS NOT NULL THEN pg_catalog.set_config('role', 'none', false) END,
+       CASE WHEN %(path)s::text IS NOT NULL THEN pg_catalog.set_config('search_path', %(path)s, false) END
+"""
+
+
+def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None, *,
+               unit_end: UnitEnd | None = None, restore: str | None = None) -> str:
     """The run's end, with its units' totals (sql/50_history.sql); ``status`` None: judged
-    from its units. Returns the status recorded."""
-    row = conn.execute("SELECT ttl._finish_run(%s, %s, %s)", (run_id, status, error)).fetchone()
-    return str(row[0]) if row and row[0] else (status or "ok")
+    from its units. ``unit_end``: its last unit ended first; ``restore``: then the session
+    back to its own role and to this search_path. Returns the status recorded."""
+    end = unit_end or UnitEnd(0, "", None, None)
+    row = conn.execute(FINISH_RUN, {"unit": unit_end.unit_relid if unit_end else None, "run": run_id,
+                                    "unit_status": end.status, "unit_error": end.error, "lock": end.lock_timeout,
+                                    "status": status, "error": error, "path": restore}).fetchone()
+    return str(row[2]) if row and row[2] else (status or "ok")
 
 
-def close_failed_run(conn: psycopg.Connection[Any], run_id: int, error: str) -> None:
+def end_unit(conn: psycopg.Connection[Any], run_id: int, end: UnitEnd) -> None:
+    """A unit's end (its history row finished, its claim released), lock_timeout set back."""
+    conn.execute("SELECT ttl._end_unit(%s, %s, %s, %s, true), CASE WHEN %s::text IS NOT NULL "
+                 "THEN pg_catalog.set_config('lock_timeout', %s, false) END",
+                 (run_id, end.unit_relid, end.status, end.error, end.lock_timeout, end.lock_timeout))
+
+
+def close_failed_run(conn: psycopg.Connection[Any], run_id: int, error: str, unit_end: UnitEnd | None = None) -> None:
     """An unexpected error is leaving the run: record it failed, with ``error``, before the
     error goes on (else the run would read 'running' until the next pass closes it). A
     statement refused here must not replace that error, so it is let go."""
     with contextlib.suppress(psycopg.Error):
-        finish_run(conn, run_id, "failed", error)
+        finish_run(conn, run_id, "failed", error, unit_end=unit_end)
 
 
 def prune(conn: psycopg.Connection[Any]) -> int:

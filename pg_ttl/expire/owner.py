@@ -30,8 +30,13 @@ def become(conn: psycopg.Connection[Any], owner: str, table: str, *, local: bool
     row = conn.execute("SELECT CASE WHEN pg_catalog.pg_has_role(session_user, %s, 'MEMBER') "
                        "THEN pg_catalog.set_config('role', %s, %s) END", (owner, owner, local)).fetchone()
     if row is None or row[0] is None:
-        raise NotOwner(f'cannot act as "{owner}", the owner of table {table}: the role this runs as is not a '
-                       f'member of it (GRANT "{owner}" TO the worker\'s role, or run as the owner)')
+        raise NotOwner(not_member(owner, table))
+
+
+def not_member(owner: str, table: str) -> str:
+    """Why the session may not act as ``owner``, and the GRANT that fixes it."""
+    return (f'cannot act as "{owner}", the owner of table {table}: the role this runs as is not a '
+            f'member of it (GRANT "{owner}" TO the worker\'s role, or run as the owner)')
 
 
 def restore(conn: psycopg.Connection[Any], *, local: bool, search_path: str | None = None) -> None:

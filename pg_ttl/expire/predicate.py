@@ -14,6 +14,7 @@ and as the table's owner (the engine's session takes the owner's role).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,8 +22,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-POLICY_QUERY = """
-SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.attname, t.typname, t.oid,
+POLICY_COLUMNS = """
+p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.attname, t.typname, t.oid,
        p.expiration_expression, p.expire_after::text,
        p.unit, p.select_batch_size, p.delete_batch_size, p.select_rate_limit, p.delete_rate_limit, p.paused,
        p.partition_action, p.detach_schema, c.relkind,
@@ -31,13 +32,15 @@ SELECT p.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner), a.
        EXISTS (SELECT 1 FROM ttl.orphan_policy o WHERE o.relid = p.relid OR p.relid = ANY(o.parent_relids)),
        coalesce((SELECT CASE WHEN q.backfilled THEN 'filled' ELSE 'filling' END FROM ttl.queue q
                   WHERE q.relid = p.relid), 'none'),
-       c.relpages
+       c.relpages"""
+POLICY_FROM = """
   FROM ttl.policy p
   JOIN pg_catalog.pg_class c ON c.oid = p.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
   LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = p.relid AND a.attnum = p.ttl_attnum AND NOT a.attisdropped
   LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 """
+POLICY_QUERY = "SELECT " + POLICY_COLUMNS + POLICY_FROM
 
 
 @dataclass
@@ -78,6 +81,23 @@ class EnginePolicy:
         return sql.Identifier(self.schema, self.relname)
 
 
+# With one table's policy: the session takes its owner's role in the same statement, when
+# the session user is a member of it (the engine works as the owner; owner.py).
+AS_OWNER = """,
+       CASE WHEN pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER')
+            THEN pg_catalog.set_config('role', pg_catalog.pg_get_userbyid(c.relowner)::text, false) END"""
+
+
+def load_policy_as_owner(conn: psycopg.Connection[Any], relid: int) -> tuple[EnginePolicy | None, bool]:
+    """Table ``relid``'s policy (None: it has none) and whether the session took its owner's
+    role with it (one round trip; False: the session may not act as the owner)."""
+    query = "SELECT " + POLICY_COLUMNS + AS_OWNER + POLICY_FROM + " WHERE p.relid = %s"
+    row = conn.execute(query, (relid,)).fetchone()
+    if row is None:
+        return None, False
+    return EnginePolicy(*row[:-1]), row[-1] is not None
+
+
 def load_policies(conn: psycopg.Connection[Any], tables: list[int] | None = None) -> list[EnginePolicy]:
     where = sql.SQL(" WHERE p.relid = ANY(%s::oid[])") if tables is not None else sql.SQL("")
     query = sql.SQL(POLICY_QUERY) + where + sql.SQL(" ORDER BY n.nspname, c.relname")
@@ -111,15 +131,34 @@ class Predicate:
         return sql.SQL("CAST({} AS {})").format(text_value, self.coltype)
 
 
-def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
-    # (the column's min() is a parameter value: a '%' in its name is no placeholder)
+# The policy's expiry SQL at the run's cutoff (ttl.expired_sql), the table's search_path
+# and the min(<expiry of the TTL column>) term (column policies). The column's min() is a
+# parameter value: a '%' in its name is no placeholder.
+PREDICATE = """
+SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s) AS search_path,
+       CASE WHEN %(term)s::text IS NOT NULL
+            THEN ttl._expiry_sql(%(typ)s::oid::regtype, %(unit)s, %(after)s::interval, %(term)s) END AS min_expiry
+  FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e WHERE e.expired IS NOT NULL
+"""
+# A run's row in ttl.run and its predicate, in one statement; the session's search_path
+# set to the table's by it too (the run's statements that follow use it).
+START_RUN = """
+WITH e AS (""" + PREDICATE + """),
+r AS (INSERT INTO ttl.run (relid, table_name, worker, cutoff, status)
+      SELECT %(relid)s, %(table)s, %(worker)s, %(cutoff)s, 'running' FROM e RETURNING run_id)
+SELECT e.expired, e.bound, e.search_path, e.min_expiry, r.run_id,
+       pg_catalog.set_config('search_path', e.search_path, false)
+  FROM e, r
+"""
+
+
+def _params(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> dict[str, Any]:
     term = None if policy.column is None else sql.SQL("min({})").format(sql.Identifier(policy.column)).as_string(conn)
-    row = conn.execute("SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s), "
-                       "CASE WHEN %(term)s::text IS NOT NULL "
-                       "     THEN ttl._expiry_sql(%(typ)s::oid::regtype, %(unit)s, %(after)s::interval, %(term)s) END "
-                       "FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e",
-                       {"relid": policy.relid, "cutoff": cutoff, "term": term, "typ": policy.typid,
-                        "unit": policy.unit, "after": policy.expire_after_text}).fetchone()
+    return {"relid": policy.relid, "cutoff": cutoff, "term": term, "typ": policy.typid, "unit": policy.unit,
+            "after": policy.expire_after_text}
+
+
+def _predicate(policy: EnginePolicy, cutoff: datetime, row: Sequence[Any] | None) -> Predicate:
     if row is None or row[0] is None:
         raise LookupError(f"table {policy.name} has no TTL policy any more")
     expired, bound, search_path = sql.SQL(row[0]), (sql.SQL(row[1]) if row[1] else None), str(row[2])
@@ -129,3 +168,18 @@ def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff:
     return Predicate(cutoff, expired, bound, sql.Identifier(policy.column),
                      sql.Identifier("pg_catalog", policy.typname), search_path,
                      min_expiry=sql.SQL(row[3]))
+
+
+def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
+    """The policy's predicate at ``cutoff`` (LookupError: it has no policy any more)."""
+    return _predicate(policy, cutoff, conn.execute(PREDICATE, _params(conn, policy, cutoff)).fetchone())
+
+
+def start_run(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime,
+              worker: str | None) -> tuple[Predicate, int]:
+    """The run's row (status 'running') and its predicate, in one round trip, the session's
+    search_path set to the table's; LookupError, and no row, when it has no policy any more.
+    (history.start_run records runs of other work.)"""
+    row = conn.execute(START_RUN, {**_params(conn, policy, cutoff), "table": policy.name,
+                                   "worker": worker}).fetchone()
+    return _predicate(policy, cutoff, row), int(row[4]) if row else 0

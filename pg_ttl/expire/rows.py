@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+import psycopg
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
-from pg_ttl.expire import ranges, sweeps
+from pg_ttl.expire import history, ranges, sweeps
 from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.ranges import MOVED_RETRIES, Chunk, ctid_batches, execute, set_lock_timeout
 
@@ -42,12 +44,20 @@ from pg_ttl.expire.ranges import MOVED_RETRIES, Chunk, ctid_batches, execute, se
 # ANALYZE), how its rows are deleted with the planner's estimate of its expired rows
 # (ttl.row_strategy: the rule both engines follow) and (row expiry) the statement that
 # deletes a ctid range of it (ttl.delete_rows_sql).
-UNIT_CATALOG = """
-SELECT s.nblocks, s.reltuples, s.relpages, s.strategy, s.expired_estimate,
+UNIT_COLUMNS = """s.nblocks, s.reltuples, s.relpages, s.strategy, s.expired_estimate,
        CASE WHEN %(row_expiry)s THEN ttl.delete_rows_sql(%(policy)s::oid::regclass, %(relid)s::oid::regclass,
-                                                        %(cutoff)s) END
+                                                        %(cutoff)s) END"""
+UNIT_FROM = """
   FROM ttl.row_strategy(%(policy)s::oid::regclass, %(relid)s::oid::regclass, %(cutoff)s, %(forced)s) s
 """
+UNIT_CATALOG = "SELECT " + UNIT_COLUMNS + UNIT_FROM
+# The same, and the unit's start in one round trip: its history row with the strategy it
+# goes by (a resumed checkpoint's, else the one chosen), and the session's lock_timeout
+# set to row_lock_timeout for a ctid sweep (it deletes at once).
+START_UNIT = "SELECT " + UNIT_COLUMNS + """,
+       ttl._start_unit(%(run)s, %(relid)s, %(name)s, 'delete', coalesce(%(resumed)s, s.strategy), %(checkpoint)s),
+       CASE WHEN coalesce(%(resumed)s, s.strategy) = 'ctid'
+            THEN pg_catalog.set_config('lock_timeout', %(row_lock)s, false) END""" + UNIT_FROM
 ACCOUNT_GROUP = """
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected = rows_selected + %(selected)s,
        checkpoint = %(checkpoint)s
@@ -67,20 +77,54 @@ DELETE_ROWS_SQL = "SELECT ttl.delete_rows_sql(%s::oid::regclass, %s::oid::regcla
 
 
 
+def _unit_params(ctx: UnitContext) -> dict[str, Any]:
+    return {"relid": ctx.unit.relid, "row_expiry": ctx.pred.row_expiry, "policy": ctx.policy.relid,
+            "cutoff": ctx.pred.cutoff, "forced": ctx.settings.row_strategy}
+
+
+def _keep_catalog(ctx: UnitContext, row: Sequence[Any]) -> tuple[str, int | None]:
+    """The unit's size and block range statement, kept for its sweep; its strategy and estimate."""
+    ctx.size = (int(row[0]), float(row[1]), int(row[2]))
+    if row[5] is not None:
+        ctx.block_delete[False] = row[5]
+    return str(row[3]), (None if row[4] is None else int(row[4]))
+
+
 def choose_strategy(ctx: UnitContext) -> tuple[str, int | None]:
     """``index`` (key windows over a btree on the TTL column) when they touch few heap
     pages, else ``ctid`` (block ranges, one sequential sweep), as ttl.row_strategy
     judges (the ``row_strategy`` setting can force either); with the planner's estimate
     of the expired rows (None for a small unit swept at once). Keeps the unit's size for
     its sweep. Runs as the table's owner (the owner's expression is planned)."""
-    row = ctx.conn.execute(UNIT_CATALOG, {"relid": ctx.unit.relid, "row_expiry": ctx.pred.row_expiry,
-                                          "policy": ctx.policy.relid, "cutoff": ctx.pred.cutoff,
-                                          "forced": ctx.settings.row_strategy}).fetchone()
+    row = ctx.conn.execute(UNIT_CATALOG, _unit_params(ctx)).fetchone()
     assert row is not None
-    ctx.size = (int(row[0]), float(row[1]), int(row[2]))
-    if row[5] is not None:
-        ctx.block_delete[False] = row[5]
-    return str(row[3]), (None if row[4] is None else int(row[4]))
+    return _keep_catalog(ctx, row)
+
+
+def start_unit(ctx: UnitContext, resumed: str | None) -> tuple[str, int | None]:
+    """The unit's strategy chosen (as choose_strategy) or ``resumed`` (a checkpoint's), and
+    its history row started with it, in one round trip; a ctid sweep from here under
+    row_lock_timeout. Returns the strategy and the planner's estimate of the expired rows.
+    When that fails (a lock on the table, say), the unit is recorded without a strategy,
+    to be finished with what happened, and the error raised."""
+    conn = ctx.conn
+    cp = Jsonb(ctx.checkpoint) if ctx.checkpoint is not None else None
+    try:
+        row = conn.execute(START_UNIT, {**_unit_params(ctx), "run": ctx.run_id, "name": ctx.unit.name,
+                                        "resumed": resumed, "checkpoint": cp,
+                                        "row_lock": ctx.settings.row_lock_timeout}).fetchone()
+    except psycopg.Error:
+        if not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                history.start_unit(conn, ctx.run_id, ctx.unit.relid, ctx.unit.name, ctx.unit.action, None,
+                                   ctx.checkpoint)
+        raise
+    assert row is not None
+    chosen, estimate = _keep_catalog(ctx, row)
+    strategy = resumed or chosen
+    if strategy == "ctid":
+        ctx.lock_timeout = ctx.settings.row_lock_timeout
+    return strategy, estimate
 
 
 def delete_rows(ctx: UnitContext, strategy: str) -> str:

@@ -12,7 +12,7 @@ from typing import Protocol
 import psycopg
 from psycopg.rows import TupleRow
 
-from pg_ttl.expire.context import ProgressListener
+from pg_ttl.expire.context import EngineSettings, ProgressListener
 from pg_ttl.expire.results import TableResult
 
 
@@ -21,12 +21,15 @@ class EngineSession(Protocol):
 
     def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
                stop: threading.Event | None = None, progress: ProgressListener | None = None,
-               worker: str | None = None, cutoff: datetime | None = None) -> Sequence[TableResult]:
+               worker: str | None = None, cutoff: datetime | None = None,
+               settings: EngineSettings | None = None) -> Sequence[TableResult]:
         """One pass over ``tables`` (names) or ``relids`` (None for both: every TTL table).
 
         ``stop`` set: finish the current batch and return. ``cutoff``: an instant at or before the
-        server's clock (None: the server's now()); rows expired by then go. Returns one result per
-        table; raises only when the session is lost or the database cannot be served at all.
+        server's clock (None: the server's now()); rows expired by then go. ``settings``: as the
+        caller read them a moment ago (``ttl._pass_settings()``), with ``cutoff``; None: read here.
+        Returns one result per table; raises only when the session is lost or the database
+        cannot be served at all.
         """
         ...
 

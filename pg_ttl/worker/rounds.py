@@ -66,7 +66,8 @@ SELECT pg_catalog.pg_is_in_recovery(),
 """)
 PRUNE_SCHEDULE = "DELETE FROM ttl.worker_schedule s " \
                  "WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = s.relid)"
-BEGIN_RUN = "SELECT verdict, round_started FROM ttl.worker_begin_run(%s, %s, %s)"
+# The run's start and, in the same round trip, the settings its pass reads (PASS_SETTINGS).
+BEGIN_RUN = "SELECT b.verdict, b.round_started, {} FROM ttl.worker_begin_run(%s, %s, %s) b, ttl._pass_settings() s"
 END_RUN = "SELECT ttl.worker_end_run(%s, %s, %s)"
 UNLOCK_RUN = "SELECT pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(%s))"
 NOT_OWNER = "SELECT c.relowner::regrole::text, current_user FROM pg_catalog.pg_class c " \
@@ -214,7 +215,9 @@ class Rounds:
         any other error fails this table's run, and the loop goes on to the next table."""
         loop, shared = self.loop, self.loop.shared
         try:
-            row = conn.execute(BEGIN_RUN, (entry.relid, tick, shared.config.name)).fetchone()
+            from pg_ttl.expire.context import PASS_SETTINGS, EngineSettings
+
+            row = conn.execute(BEGIN_RUN.format(PASS_SETTINGS), (entry.relid, tick, shared.config.name)).fetchone()
         except Exception as exc:
             if connection_lost(exc, conn):
                 raise
@@ -223,6 +226,7 @@ class Rounds:
             return
         verdict = str(row[0]) if row else "done"
         round_started: datetime | None = row[1] if row else None
+        settings = EngineSettings.from_pass_row(row[2:]) if row else None
         entry.skipped_due = tick  # decided: this worker does not come back to this tick
         if verdict in ("skip", "done"):
             if verdict == "skip":
@@ -242,7 +246,8 @@ class Rounds:
             # visited twice (engine claims only exclude concurrent work) finds nothing new.
             results = self._engine_session().expire(relids=[entry.relid], stop=shared.stop,
                                                     progress=Progress(loop, entry.table),
-                                                    worker=shared.config.name, cutoff=round_started)
+                                                    worker=shared.config.name, cutoff=round_started,
+                                                    settings=settings)
             status = self._report(entry, results)
         except Exception as exc:
             self.close()  # whatever state it was left in goes with it
