@@ -196,3 +196,60 @@ def test_engine_session_lost_is_reopened_by_the_worker(dsn: str, connect: Any, c
     sessions = conn.execute("SELECT count(DISTINCT (backend_pid, backend_start)) FROM ttl.run "
                             "WHERE worker = 'w-reopen'").fetchone()
     assert sessions == (2,)
+
+
+def test_a_small_tables_run_is_six_statements_of_the_engine_session(
+        dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the worker runs a table (the settings and cutoff read with the run's start, in the
+    worker's own session): the table's policy with its owner's role, the run's row with its
+    predicate, the unit's claim, the unit's start with its strategy, one DELETE, and the run's
+    end with the unit's and with the session's own role and search_path back. A run that left
+    a row the application holds reads the lag as the owner after its end, then goes back."""
+    from pg_ttl.expire.context import PASS_SETTINGS, EngineSettings
+    from pg_ttl.expire.engine import SEARCH_PATH
+
+    conn = connect()
+    ttl_table(conn, "warm")
+    ttl_table(conn, "small", expired=10, live=2)
+    ttl_table(conn, "held", expired=10, live=2)
+    with Engine(dsn) as engine:
+        engine.expire(["warm"])  # a session's first pass also closes dead runs and prunes the history
+        sent: list[str] = []
+        original = psycopg.Cursor.execute
+
+        def counting(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.connection is engine.conn:
+                sent.append(str(query)[:80])
+            return original(self, query, *args, **kwargs)
+
+        def run(table: str) -> Any:
+            row = conn.execute("SELECT now(), " + PASS_SETTINGS + " FROM ttl._pass_settings() s").fetchone()
+            assert row is not None
+            relid = conn.execute("SELECT %s::regclass::oid", (table,)).fetchone()
+            assert relid is not None
+            sent.clear()
+            with monkeypatch.context() as patch:
+                patch.setattr(psycopg.Cursor, "execute", counting)
+                [res] = engine.expire(relids=[relid[0]], cutoff=row[0], settings=EngineSettings.from_pass_row(row[1:]))
+            held = engine.conn.execute(
+                "SELECT current_setting('role'), current_setting('search_path'), "
+                "(SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory')").fetchone()
+            assert held == ("none", SEARCH_PATH, 0)  # its own role and search_path, no claim
+            return res
+
+        res = run("small")
+        assert res.status == "ok" and res.rows_deleted == 10 and len(sent) == 6, sent
+        holder = connect(autocommit=False)
+        holder.execute("SELECT 1 FROM held ORDER BY created_at, id LIMIT 1 FOR UPDATE")
+        try:
+            res = run("held")
+        finally:
+            holder.rollback()
+        assert res.status == "ok" and res.rows_deleted == 9 and res.oldest_left is not None
+        # the run's end (its unit's with it), then the lag read as the owner, then the role back
+        ends = [i for i, q in enumerate(sent) if "ttl._end_unit" in q]
+        assert ends == [len(sent) - 3] and "set_config('role', 'none'" in sent[-1], sent
+    ended = conn.execute("SELECT r.table_name, u.status, u.finished_at IS NOT NULL, r.status, r.rows_deleted"
+                         " FROM ttl.run r JOIN ttl.run_unit u USING (run_id) WHERE r.table_name <> 'warm'"
+                         " ORDER BY r.run_id").fetchall()
+    assert ended == [("small", "ok", True, "ok", 10), ("held", "ok", True, "ok", 9)]
