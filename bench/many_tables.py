@@ -123,7 +123,16 @@ def main() -> None:
     parser.add_argument("--tables", type=int, nargs="+", default=[1000, 5000, 10000],
                         help="table counts to measure, each in a database of its own")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also plot ms and statements per table against the table count (needs matplotlib: "
+                             "pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
     args = parser.parse_args()
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        _report(saved["results"], " ".join(saved["load_average"]), None, args.plot)
+        return
     # Autovacuum on, as in any database: every run leaves dead rows in pg_ttl's own history
     # (ttl.run, ttl.run_unit, ttl.worker_schedule) and, without it, each lookup there slows
     # with every table done (a unit's claim: 0.6 ms a call at 10,000 tables with it, 1.5 ms
@@ -147,7 +156,13 @@ def main() -> None:
     finally:
         server.cleanup()
     load = loadavg_text()
-    print(f"{server.version}; {ROWS} rows per table, half expired; load average {load}\n")
+    _report(results, load, server.version, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": load.split(), "results": results}, indent=2))
+
+
+def _report(results: list[dict[str, Any]], load: str, version: str | None, plot: Path | None) -> None:
+    print(f"{version or 'PostgreSQL'}; {ROWS} rows per table, half expired; load average {load}\n")
     print("| tables | worker pass | ms / table | statements / table | hand DELETE loop ms / table | "
           "worker vs hand | correct |")
     print("|---|---|---|---|---|---|---|")
@@ -156,8 +171,33 @@ def main() -> None:
         print(f"| {r['tables']:,} | {w['pass_seconds']:.1f} s | {w['ms_per_table']:.1f} | "
               f"{w['statements_per_table']:.1f} | {h['ms_per_table']:.2f} | "
               f"{w['ms_per_table'] / h['ms_per_table']:.0f} x | {w['correct'] and h['correct']} |")
-    if args.json:
-        args.json.write_text(json.dumps({"load_average": load.split(), "results": results}, indent=2))
+    if plot is not None:
+        _plot(results, plot)
+
+
+def _plot(results: list[dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("--plot needs matplotlib: pip install 'pg-ttl[bench]'")
+    tables = [r["tables"] for r in results]
+    fig, (ms, stmts) = plt.subplots(1, 2, figsize=(10, 4))
+    fig.suptitle("pg-ttl worker --once, first pass over N tables of 10 rows")
+    ms.plot(tables, [r["worker"]["ms_per_table"] for r in results], "o-", label="worker")
+    ms.plot(tables, [r["hand_loop"]["ms_per_table"] for r in results], "s-", label="hand-written DELETE loop")
+    ms.axhline(6, color="grey", linestyle=":", label="target (6 ms)")
+    ms.set(xlabel="tables", ylabel="ms per table", ylim=(0, None))
+    ms.legend()
+    stmts.plot(tables, [r["worker"]["statements_per_table"] for r in results], "o-", label="worker")
+    stmts.axhline(8, color="grey", linestyle=":", label="target (8)")
+    stmts.set(xlabel="tables", ylabel="statements per table", ylim=(0, None))
+    stmts.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,46 @@
+-- Deleting a unit's expired rows: the statements, and the choice between key windows
+-- and block ranges, that pg-ttl run, the worker and CALL ttl.run() share.
+
+-- What the statements that delete a unit's rows share: the unit's name, the policy's
+-- expiry at `cutoff` (never later than now(): rows would go early) and its bound
+-- (column policies: `col <= threshold`, ttl.expired_sql).
+CREATE OR REPLACE FUNCTION ttl._unit_expiry_sql(tbl regclass, part regclass, cutoff timestamptz,
+                                                OUT target text, OUT expired text, OUT bound text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF cutoff > now() THEN
+        RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT e.expired, e.bound INTO expired, bound FROM ttl.expired_sql(tbl, cutoff) e;
+    IF expired IS NULL THEN
+        RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO target
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', part::oid USING ERRCODE = 'undefined_table';
+    END IF;
+END
+$fn$;
+
+-- A DELETE of the rows of `target` in `range` whose expiry is `expired`, re-checked; with
+-- `skip_locked`, leaving the rows an application holds locked for the next run (FOR
+-- UPDATE SKIP LOCKED): locking every row first costs as much as the delete, so only then.
+CREATE OR REPLACE FUNCTION ttl._delete_sql(target text, range text, expired text, skip_locked boolean)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN skip_locked
+                THEN format('DELETE FROM ONLY %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid'
+                            ' FROM ONLY %1$s WHERE %2$s AND %3$s FOR UPDATE SKIP LOCKED)) AND %3$s',
+                            target, range, expired)
+                ELSE format('DELETE FROM ONLY %s WHERE %s AND %s', target, range, expired) END
+$fn$;
+
 -- Row deletion by block range: the one DELETE that pg-ttl run, the worker and
 -- CALL ttl.run() all execute when they sweep a table (or leaf partition) in
 -- ctid order. ttl.delete_rows_sql() returns the statement for a unit (once per
@@ -18,33 +61,12 @@
 CREATE OR REPLACE FUNCTION ttl.delete_rows_sql(tbl regclass, part regclass, cutoff timestamptz,
                                                skip_locked boolean DEFAULT false)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    expired text;
-    target text;
-    range text := 'ctid OPERATOR(pg_catalog.>=) $1::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) $2::pg_catalog.tid';
-BEGIN
-    IF cutoff > now() THEN
-        RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
-    IF expired IS NULL THEN
-        RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
-    END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
-    IF target IS NULL THEN
-        RAISE EXCEPTION 'relation with OID % does not exist', part::oid USING ERRCODE = 'undefined_table';
-    END IF;
-    IF skip_locked THEN
-        RETURN format('DELETE FROM ONLY %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid FROM ONLY %1$s'
-                      ' WHERE %2$s AND %3$s FOR UPDATE SKIP LOCKED)) AND %3$s', target, range, expired);
-    END IF;
-    RETURN format('DELETE FROM ONLY %s WHERE %s AND %s', target, range, expired);
-END
+    SELECT ttl._delete_sql(u.target, 'ctid OPERATOR(pg_catalog.>=) $1::pg_catalog.tid'
+                                     ' AND ctid OPERATOR(pg_catalog.<) $2::pg_catalog.tid', u.expired, skip_locked)
+      FROM ttl._unit_expiry_sql(tbl, part, cutoff) u
 $fn$;
 
 -- The row_range_bytes setting in blocks: the size of a shared sweep's ranges
@@ -170,41 +192,27 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    e record;
+    u record;
     col text;
     typ text;
-    target text;
     keys text;
 BEGIN
-    IF cutoff > now() THEN
-        RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT x.expired, x.bound INTO e FROM ttl.expired_sql(tbl, cutoff) x;
+    SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff);
     SELECT format('%I', ttl._attname(p.relid, p.ttl_attnum)), format_type(p.ttl_atttypid, NULL)
       INTO col, typ FROM ttl.policy p WHERE p.relid = tbl;
-    IF e.expired IS NULL THEN
-        RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
-    ELSIF e.bound IS NULL OR col IS NULL THEN
+    IF u.bound IS NULL OR col IS NULL THEN
         RAISE EXCEPTION 'table % has no TTL column bound to window its rows on', tbl
             USING ERRCODE = 'feature_not_supported';
-    END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
-    IF target IS NULL THEN
-        RAISE EXCEPTION 'relation with OID % does not exist', part::oid USING ERRCODE = 'undefined_table';
     END IF;
     -- (the cast of the end key to text above the OFFSET, which would otherwise cast every
     -- row it skips; named apart: ORDER BY a name an output column has sorts by that column)
     window_end := format('SELECT CAST(s.window_end AS text) FROM (SELECT %1$s AS window_end FROM ONLY %2$s'
                          ' WHERE %3$s AND ($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) CAST($1::text AS %4$s))'
-                         ' ORDER BY %1$s OFFSET $2 LIMIT 1) s', col, target, e.bound, typ);
+                         ' ORDER BY %1$s OFFSET $2 LIMIT 1) s', col, u.target, u.bound, typ);
     keys := format('($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) CAST($1::text AS %2$s))'
                    ' AND ($2::text IS NULL OR %1$s OPERATOR(pg_catalog.<) CAST($2::text AS %2$s))', col, typ);
-    delete_window := format('DELETE FROM ONLY %s WHERE %s AND %s', target, keys, e.expired);
-    delete_window_skip := format('DELETE FROM ONLY %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY(ARRAY(SELECT ctid'
-                                 ' FROM ONLY %1$s WHERE %2$s AND %3$s FOR UPDATE SKIP LOCKED)) AND %3$s',
-                                 target, keys, e.expired);
+    delete_window := ttl._delete_sql(u.target, keys, u.expired, false);
+    delete_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
 END
 $fn$;
 

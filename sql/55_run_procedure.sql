@@ -49,10 +49,12 @@ DECLARE
     forced text;
     strategy text;
     chosen text;
-    w record;
+    end_sql text;
     k text;
     e text;
     win bigint;
+    lo text;
+    hi text;
 BEGIN
     -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
@@ -159,7 +161,8 @@ BEGIN
                                             THEN s.reltuples / s.relpages ELSE 100 END AS per_block) d;
                 strategy := coalesce(strategy, chosen);
                 IF strategy = 'index' THEN
-                    SELECT * INTO w FROM ttl.window_sql(p.relid, leaf.oid, cutoff);
+                    SELECT x.window_end, x.delete_window, x.delete_window_skip INTO end_sql, del_sql, skip_sql
+                      FROM ttl.window_sql(p.relid, leaf.oid, cutoff) x;
                 ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
@@ -185,20 +188,27 @@ BEGIN
             rate := CASE WHEN p.delete_rate_limit > 0 AND p.select_rate_limit > 0
                          THEN least(p.delete_rate_limit, p.select_rate_limit)
                          ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
-            -- Key windows (as pg-ttl run deletes them, rows.py): [k, e) with e the key a
-            -- step of expired rows on from k, each window one transaction with the unit's
-            -- counters and checkpoint (every row below e went). The step starts at
-            -- delete_batch_size rows and follows the time a window takes toward 50 ms, up
-            -- to select_batch_size; a rate limit keeps it at delete_batch_size. A key with
-            -- a step of rows or more: the rest of the unit is swept in block ranges.
-            IF unit_status = 'ok' AND strategy = 'index' THEN
+            -- One range a turn, in one of two ways (as pg-ttl run deletes them, rows.py):
+            -- key windows [k, e) with e the key a step of expired rows on from k, each one
+            -- transaction with the unit's counters and checkpoint (every row below e went),
+            -- the step from delete_batch_size rows toward 50 ms a window up to
+            -- select_batch_size (a rate limit keeps it at delete_batch_size); a key with a
+            -- step of rows or more: the rest of the unit in block ranges. Block ranges are
+            -- grouped into transactions of about 50 ms, each committed with one update of the
+            -- unit's counters and checkpoint (a rate limit: every range its own transaction),
+            -- a range sized from the expired rows the last one held, toward
+            -- delete_batch_size of them. Waits for a rate limit fall between transactions.
+            IF strategy = 'index' THEN
                 k := coalesce(cp->>'from', cp->>'key', cp->>'after');
                 win := p.delete_batch_size;
-                WHILE unit_status = 'ok' LOOP
-                    PERFORM pg_catalog.set_config('role', p.owner, true);
-                    group_start := pg_catalog.clock_timestamp();
+            END IF;
+            group_start := pg_catalog.clock_timestamp();
+            group_n := 0;
+            WHILE unit_status = 'ok' AND (strategy = 'index' OR b < coalesce(nblocks, 0)) LOOP
+                PERFORM pg_catalog.set_config('role', p.owner, true);
+                IF strategy = 'index' THEN
                     BEGIN
-                        EXECUTE w.window_end USING k, win INTO e;  -- keys only, under lock_timeout
+                        EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
                     EXCEPTION WHEN lock_not_available OR query_canceled THEN
                         unit_status := 'timeout';
                         unit_error := SQLERRM;
@@ -209,82 +219,29 @@ BEGIN
                     EXIT WHEN unit_status <> 'ok';
                     IF e = k THEN
                         strategy := 'ctid';  -- a step of rows or more share this key
-                        BEGIN
-                            del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
-                            skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
-                        EXCEPTION WHEN undefined_table THEN
-                            unit_status := 'skipped';
-                            unit_error := 'the partition was dropped during the run';
-                        END;
+                        del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
+                        skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
                         UPDATE ttl.run_unit SET strategy = 'ctid' WHERE run_id = run AND unit_relid = leaf.oid;
                         COMMIT;
-                        EXIT;
+                        group_start := pg_catalog.clock_timestamp();
+                        CONTINUE;
                     END IF;
-                    BEGIN
-                        PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
-                        EXECUTE w.delete_window USING k, e;
-                        GET DIAGNOSTICS n = ROW_COUNT;
-                    EXCEPTION WHEN lock_not_available OR serialization_failure THEN
-                        -- as for block ranges below: the window again, not waiting on row locks
-                        BEGIN
-                            PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
-                            EXECUTE w.delete_window_skip USING k, e;
-                            GET DIAGNOSTICS n = ROW_COUNT;
-                        EXCEPTION WHEN serialization_failure THEN
-                            n := 0;  -- moved again meanwhile: left for the next run
-                            unit_error := 'rows moved to another partition during the run were left for the next run';
-                        WHEN lock_not_available OR query_canceled THEN
-                            unit_status := 'timeout';
-                            unit_error := SQLERRM;
-                        WHEN undefined_table THEN
-                            unit_status := 'skipped';
-                            unit_error := 'the partition was dropped during the run';
-                        END;
-                    WHEN query_canceled THEN
-                        unit_status := 'timeout';
-                        unit_error := SQLERRM;
-                    WHEN undefined_table THEN
-                        unit_status := 'skipped';
-                        unit_error := 'the partition was dropped during the run';
-                    END;
-                    EXIT WHEN unit_status <> 'ok';
-                    UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
-                           checkpoint = jsonb_build_object('strategy', 'index', 'from', e)
-                     WHERE run_id = run AND unit_relid = leaf.oid;
-                    COMMIT;
-                    EXIT WHEN e IS NULL;  -- the last window: every key from k on
-                    k := e;
-                    unit_n := unit_n + n;
-                    IF rate > 0 THEN
-                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
-                                                    pg_catalog.clock_timestamp() - unit_start)));
-                    ELSE
-                        win := greatest(p.delete_batch_size, least(
-                            greatest(p.select_batch_size, p.delete_batch_size), win * 4,
-                            (greatest(n, 1) * 0.05 / greatest(extract(epoch FROM pg_catalog.clock_timestamp()
-                                                                      - group_start), 0.0001))::bigint));
-                    END IF;
-                END LOOP;
-            END IF;
-            -- Ranges are grouped into transactions of about 50 ms (as the Python
-            -- engine does), each committed with one update of the unit's counters
-            -- and checkpoint; a rate limit makes every range its own transaction
-            -- and waits between transactions. A range is sized from the expired
-            -- rows the last one held, toward delete_batch_size of them.
-            group_start := pg_catalog.clock_timestamp();
-            group_n := 0;
-            WHILE unit_status = 'ok' AND strategy = 'ctid' AND b < coalesce(nblocks, 0) LOOP
-                PERFORM pg_catalog.set_config('role', p.owner, true);
+                    lo := k;
+                    hi := e;
+                ELSE
+                    lo := format('(%s,0)', b);
+                    hi := format('(%s,0)', b + step);
+                END IF;
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
-                    EXECUTE del_sql USING format('(%s,0)', b)::tid, format('(%s,0)', b + step)::tid;
+                    EXECUTE del_sql USING lo, hi;
                     GET DIAGNOSTICS n = ROW_COUNT;
                 EXCEPTION WHEN lock_not_available OR serialization_failure THEN
                     -- an application holds a row (or moved it to another partition meanwhile):
                     -- redo the range without waiting on row locks; locked rows wait for the next run
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
-                        EXECUTE skip_sql USING format('(%s,0)', b)::tid, format('(%s,0)', b + step)::tid;
+                        EXECUTE skip_sql USING lo, hi;
                         GET DIAGNOSTICS n = ROW_COUNT;
                     EXCEPTION WHEN serialization_failure THEN
                         n := 0;  -- moved again meanwhile: left for the next run
@@ -304,12 +261,26 @@ BEGIN
                     unit_error := 'the partition was dropped during the run';
                 END;
                 EXIT WHEN unit_status <> 'ok';
-                b := b + step;
-                group_n := group_n + n;
                 unit_n := unit_n + n;
-                step := greatest(1, least(max_step, step * 4, (step * p.delete_batch_size) / greatest(n, 1)));
-                IF rate > 0 OR b >= nblocks
-                   OR pg_catalog.clock_timestamp() - group_start >= interval '50 milliseconds' THEN
+                IF strategy = 'index' THEN
+                    UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
+                           checkpoint = jsonb_build_object('strategy', 'index', 'from', e)
+                     WHERE run_id = run AND unit_relid = leaf.oid;
+                    COMMIT;
+                    EXIT WHEN e IS NULL;  -- the last window: every key from k on
+                    k := e;
+                    IF rate = 0 THEN
+                        win := greatest(p.delete_batch_size, least(
+                            greatest(p.select_batch_size, p.delete_batch_size), win * 4,
+                            (greatest(n, 1) * 0.05 / greatest(extract(epoch FROM pg_catalog.clock_timestamp()
+                                                                      - group_start), 0.0001))::bigint));
+                    END IF;
+                ELSE
+                    b := b + step;
+                    group_n := group_n + n;
+                    step := greatest(1, least(max_step, step * 4, (step * p.delete_batch_size) / greatest(n, 1)));
+                    CONTINUE WHEN rate = 0 AND b < nblocks
+                                  AND pg_catalog.clock_timestamp() - group_start < interval '50 milliseconds';
                     UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n,
                            rows_deleted = rows_deleted + group_n,
                            checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b),
@@ -317,13 +288,13 @@ BEGIN
                      WHERE run_id = run AND unit_relid = leaf.oid;
                     COMMIT;
                     group_n := 0;
-                    IF rate > 0 THEN
-                        -- between transactions: the rows so far at `rate` rows/s
-                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
-                                                    pg_catalog.clock_timestamp() - unit_start)));
-                    END IF;
-                    group_start := pg_catalog.clock_timestamp();
                 END IF;
+                IF rate > 0 THEN
+                    -- between transactions: the rows so far at `rate` rows/s
+                    PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
+                                                pg_catalog.clock_timestamp() - unit_start)));
+                END IF;
+                group_start := pg_catalog.clock_timestamp();
             END LOOP;
             IF group_n > 0 THEN
                 -- ranges deleted before the one that stopped the unit: counted, with their checkpoint

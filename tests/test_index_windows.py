@@ -96,8 +96,9 @@ def test_under_a_rate_limit_windows_stay_at_delete_batch_size(db: psycopg.Connec
     assert max(sizes.deleted) <= 70 and len(sizes.deleted) >= 1000 / 70
 
 
-def test_a_key_with_more_rows_than_a_window_goes_in_ctid_windows_and_the_windows_go_on(
-        db: psycopg.Connection[Any], dsn: str) -> None:
+def _tied(db: psycopg.Connection[Any]) -> None:
+    """Table w: 50 keys of one row, 500 rows of one key (2020-01-02), 50 keys of one row
+    (all expired), 100 live; a btree on v."""
     db.execute("CREATE TABLE w (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
     db.execute("CREATE INDEX ON w (v)")
     # 50 keys of one row, 500 rows of one key, 50 keys of one row (all expired), 100 live
@@ -108,6 +109,11 @@ def test_a_key_with_more_rows_than_a_window_goes_in_ctid_windows_and_the_windows
                "FROM generate_series(551, 600) g")
     db.execute("INSERT INTO w SELECT g, '2999-01-01', 'x' FROM generate_series(601, 700) g")
     db.execute("ANALYZE w")
+
+
+def test_a_key_with_more_rows_than_a_window_goes_in_ctid_windows_and_the_windows_go_on(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    _tied(db)
     db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', select_batch_size => 200,"
                " delete_batch_size => 40, delete_rate_limit => 1000000)")
     db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
@@ -214,16 +220,7 @@ def test_call_run_resumes_its_own_windows_at_the_checkpoint(db: psycopg.Connecti
 
 def test_call_run_sweeps_the_rest_in_block_ranges_past_a_key_of_a_window_or_more(
         db: psycopg.Connection[Any], connect: Any) -> None:
-    db.execute("CREATE TABLE w (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
-    db.execute("CREATE INDEX ON w (v)")
-    # 50 keys of one row, 500 rows of one key, 50 keys of one row (all expired), 100 live
-    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-01' + g * interval '1 s', 'x' "
-               "FROM generate_series(1, 50) g")
-    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-02', 'x' FROM generate_series(51, 550) g")
-    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-03' + g * interval '1 s', 'x' "
-               "FROM generate_series(551, 600) g")
-    db.execute("INSERT INTO w SELECT g, '2999-01-01', 'x' FROM generate_series(601, 700) g")
-    db.execute("ANALYZE w")
+    _tied(db)
     # paced: windows of delete_batch_size rows, so the key of 500 rows fills one
     db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', select_batch_size => 200,"
                " delete_batch_size => 40, delete_rate_limit => 1000000)")

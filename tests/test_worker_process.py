@@ -118,6 +118,29 @@ def test_new_policy_is_picked_up_by_notify(dsn: str, connect: Any) -> None:
         w.close()
 
 
+def test_an_upgrade_while_it_runs_stops_it_until_the_schema_is_its_own(dsn: str, connect: Any) -> None:
+    """The catalog poll reads the schema's revision with the policies (one round trip): a
+    revision this worker does not run, as a newer pg-ttl's upgrade leaves it, stops its runs
+    with the reason and the fix; it goes on once the schema is its own again."""
+    conn = connect()
+    ours = conn.execute("SELECT version_num FROM ttl.alembic_version").fetchone()[0]
+    w = WorkerProcess("--dsn", dsn, *FAST)
+    try:
+        w.wait_for("connected")
+        conn.execute("UPDATE ttl.alembic_version SET version_num = '9999'")
+        [event] = w.wait_for("database unavailable", timeout=10)
+        assert "revision 9999" in event["error"] and "newer pg-ttl" in event["error"], event
+        _events_table(conn, "meanwhile", expired=10, live=5)
+        time.sleep(1.5)  # polls and retries come and go: nothing runs
+        assert conn.execute("SELECT count(*) FROM meanwhile").fetchone() == (15,)
+        conn.execute("UPDATE ttl.alembic_version SET version_num = %s", (ours,))
+        w.wait_for("run finished", table="meanwhile", timeout=15)
+        assert conn.execute("SELECT count(*) FROM meanwhile").fetchone() == (5,)
+        assert w.stop() == 0
+    finally:
+        w.close()
+
+
 @pytest.mark.slow
 def test_cron_ticks_and_min_interval(dsn: str, connect: Any) -> None:
     conn = connect()

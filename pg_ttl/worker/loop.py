@@ -25,7 +25,6 @@ from pg_ttl.worker.session import (
     RoleRefused,
     Wakeup,
     backoff_delay,
-    check_schema,
     connect,
     connection_lost,
     drain,
@@ -142,7 +141,8 @@ class DatabaseLoop(threading.Thread):
             while not self.stop_requested():
                 mono = time.monotonic()
                 if self.reload or mono >= self._next_poll:
-                    check_schema(conn)  # an upgrade while we run: wait for the matching worker
+                    # (with the schema's revision: an upgrade while we run stops us until the
+                    # matching worker runs; session.check_schema)
                     self.rounds.load_catalog(conn)
                     self._pending.clear()  # listed again from the fresh catalog
                     self.reload = False

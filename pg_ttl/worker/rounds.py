@@ -16,7 +16,7 @@ from psycopg import sql
 
 from pg_ttl.worker.lag import LagMeter
 from pg_ttl.worker.schedule import Entry, Scheduler
-from pg_ttl.worker.session import Conn, connection_lost
+from pg_ttl.worker.session import Conn, check_schema, connection_lost
 from pg_ttl.worker.shared import LoopState, one_line
 
 if TYPE_CHECKING:  # the engine itself is imported when a worker starts (daemon.load_engine)
@@ -62,7 +62,9 @@ SELECT pg_catalog.pg_is_in_recovery(),
                                 AND l.classid = 1953786999::oid AND l.pid <> pg_catalog.pg_backend_pid()
                                 AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                                                    WHERE d.datname = pg_catalog.current_database())) r
-                         ON r.relid = p.relid), '[]')
+                         ON r.relid = p.relid), '[]'),
+       -- the schema's revision: an upgrade while the worker runs stops it (session.check_schema)
+       (SELECT v.version_num FROM ttl.alembic_version v)
 """)
 PRUNE_SCHEDULE = "DELETE FROM ttl.worker_schedule s " \
                  "WHERE NOT EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = s.relid)"
@@ -137,19 +139,30 @@ class Rounds:
 
     # -- the catalog poll -------------------------------------------------------------
     def read_catalog(self, conn: Conn) -> tuple[bool, timedelta, list[dict[str, Any]]]:
+        """The poll, one round trip; raises NotInstalled (session.check_schema says why) when
+        the schema is not the revision this worker runs, or the poll fails on it."""
         try:
-            row = conn.execute(CATALOG_QUERY.format(min_interval=MIN_INTERVAL_SECONDS)).fetchone()
-            self._interval_error = None
-        except psycopg.errors.DataError as exc:  # the setting is not an interval PostgreSQL can read
-            if connection_lost(exc, conn):
-                raise
-            if self._interval_error != one_line(exc):
-                self._interval_error = one_line(exc)
-                self.loop.log(logging.ERROR, "setting min_job_interval is not a valid interval; using the default",
-                              error=self._interval_error, default=DEFAULT_MIN_INTERVAL.total_seconds())
-            row = conn.execute(CATALOG_QUERY.format(min_interval=sql.NULL)).fetchone()
+            try:
+                row = conn.execute(CATALOG_QUERY.format(min_interval=MIN_INTERVAL_SECONDS)).fetchone()
+                self._interval_error = None
+            except psycopg.errors.DataError as exc:  # the setting is not an interval PostgreSQL can read
+                if connection_lost(exc, conn):
+                    raise
+                if self._interval_error != one_line(exc):
+                    self._interval_error = one_line(exc)
+                    self.loop.log(logging.ERROR, "setting min_job_interval is not a valid interval; using the "
+                                  "default", error=self._interval_error, default=DEFAULT_MIN_INTERVAL.total_seconds())
+                row = conn.execute(CATALOG_QUERY.format(min_interval=sql.NULL)).fetchone()
+        except psycopg.Error as exc:
+            if not connection_lost(exc, conn):
+                check_schema(conn)  # an upgrade while we run (a table or column this poll names is gone)
+            raise
         assert row is not None
-        in_recovery, seconds, policies = row
+        in_recovery, seconds, policies, revision = row
+        from pg_ttl.install import package_revisions  # (its migrations are read once, then cached)
+
+        if revision != package_revisions()[-1]:
+            check_schema(conn)  # says what to do, and the loop waits for the matching worker
         interval = DEFAULT_MIN_INTERVAL if seconds is None else timedelta(seconds=float(seconds))
         return bool(in_recovery), interval, list(policies)
 
