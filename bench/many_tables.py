@@ -191,9 +191,10 @@ def _plot(results: list[dict[str, Any]], path: Path) -> None:
     ms.axhline(6, color="grey", linestyle=":", label="target (6 ms)")
     ms.set(xlabel="tables", ylabel="ms per table", ylim=(0, None))
     ms.legend()
-    stmts.plot(tables, [r["worker"]["statements_per_table"] for r in results], "o-", label="worker")
+    counts = [r["worker"]["statements_per_table"] for r in results]
+    stmts.plot(tables, counts, "o-", label="worker")
     stmts.axhline(8, color="grey", linestyle=":", label="target (8)")
-    stmts.set(xlabel="tables", ylabel="statements per table", ylim=(0, None))
+    stmts.set(xlabel="tables", ylabel="statements per table", ylim=(0, max(10.0, *counts) * 1.2))
     stmts.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
