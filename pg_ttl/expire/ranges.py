@@ -20,9 +20,9 @@ every '%' of the text as a placeholder, and names and expressions may hold one.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors, sql
@@ -58,6 +58,31 @@ class Chunk:
 # A range that keeps meeting rows moved to another partition (40001) is retried this
 # many times, then left for the next run (rows.py, sweeps.py).
 MOVED_RETRIES = 3
+T = TypeVar("T")
+
+
+def delete_or_skip_locked(ctx: UnitContext, plain: Callable[[], T], skip_locked: Callable[[], T],
+                          skipping: bool = False) -> T | None:
+    """One range's transaction (a DELETE with its counters): ``plain`` under the short
+    row_lock_timeout (raising LockNotAvailable when it meets a row an application holds),
+    then, if it did (or at once with ``skipping``), ``skip_locked``, which leaves such rows
+    for the next run. A row moved to another partition by an UPDATE that committed while
+    the DELETE waited on it fails it with 40001 even in READ COMMITTED: redone (a new
+    statement no longer sees it there), MOVED_RETRIES times; then None, the range left for
+    the next run. Either way the unit may leave rows (``ctx.rows_may_remain``)."""
+    for _ in range(MOVED_RETRIES):
+        try:
+            if not skipping:
+                try:
+                    return plain()
+                except errors.LockNotAvailable:
+                    pass
+            ctx.rows_may_remain = True  # the rows an application holds wait for the next run
+            return skip_locked()
+        except errors.SerializationFailure:
+            continue
+    ctx.rows_may_remain = True  # rows keep moving under this range: left for the next run
+    return None
 
 
 def set_lock_timeout(ctx: UnitContext, value: str) -> None:

@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 
 from pg_ttl.expire import history, ranges, sweeps
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import MOVED_RETRIES, Chunk, ctid_batches, execute, set_lock_timeout
+from pg_ttl.expire.ranges import Chunk, ctid_batches, delete_or_skip_locked, execute, set_lock_timeout
 
 # The unit's size (pg_relation_size: blocks now; reltuples and relpages: as of the last
 # ANALYZE), how its rows are deleted with the planner's estimate of its expired rows
@@ -346,26 +346,15 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> 
         " FOR UPDATE SKIP LOCKED)) AND {expired} RETURNING 1"
     ).format(t=t, where=chunk.where, expired=expired)
     blocks = chunk.blocks is not None and ctx.pred.row_expiry
-    for _ in range(MOVED_RETRIES):
-        deleted: int | None = None
-        try:
-            if not skip_locked:
-                with contextlib.suppress(errors.LockNotAvailable):
-                    deleted = _blocks_accounted(ctx, chunk, False) if blocks else _account(ctx, fast, chunk)
-            if deleted is None:
-                ctx.rows_may_remain = True  # the rows an application holds wait for the next run
-                deleted = (_blocks_accounted(ctx, chunk, True) if blocks
-                           else _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout))
-        except errors.SerializationFailure:
-            # A row of the range was moved to another partition by an UPDATE that
-            # committed while we waited on it (40001 even in READ COMMITTED): a new
-            # statement, with a new snapshot, no longer sees it there.
-            continue
+    deleted = delete_or_skip_locked(
+        ctx,
+        lambda: _blocks_accounted(ctx, chunk, False) if blocks else _account(ctx, fast, chunk),
+        lambda: (_blocks_accounted(ctx, chunk, True) if blocks
+                 else _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout)),
+        skipping=skip_locked)
+    if deleted is not None:
         ctx.deleted += deleted
         _counted(ctx, chunk, deleted)
-        return
-    # Rows keep moving under this range: it is left for the next run, as locked rows are.
-    ctx.rows_may_remain = True
 
 
 def _account(ctx: UnitContext, delete: sql.Composable, chunk: Chunk, lock_timeout: str | None = None) -> int:

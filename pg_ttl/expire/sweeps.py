@@ -28,7 +28,7 @@ from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from pg_ttl.expire.context import UnitContext
-from pg_ttl.expire.ranges import MOVED_RETRIES, UnitTimeout, execute, set_lock_timeout, unit_size
+from pg_ttl.expire.ranges import UnitTimeout, delete_or_skip_locked, execute, set_lock_timeout, unit_size
 from pg_ttl.expire.results import error_text
 
 # How long one DELETE (one transaction, with its counters) should take: orphans cost an
@@ -368,21 +368,14 @@ def _step(ctx: UnitContext, how: RangeDelete, range_no: int, lo: int, hi: int) -
             ).fetchone()
         return deleted, int(row[0]) if row else deleted
 
-    for _ in range(MOVED_RETRIES):
+    def skipping() -> tuple[int, int]:
+        set_lock_timeout(ctx, ctx.settings.lock_timeout)  # (it waits on no row: on the table at most)
         try:
-            try:
-                return delete(how.plain, True)
-            except errors.LockNotAvailable:
-                ctx.rows_may_remain = True  # the rows an application holds wait for the next pass
-                set_lock_timeout(ctx, ctx.settings.lock_timeout)
-                try:
-                    return delete(how.skip_locked, False)
-                finally:
-                    set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
-        except errors.SerializationFailure:
-            continue  # a new statement, with a new snapshot, no longer sees the moved row here
-    ctx.rows_may_remain = True
-    return 0, 0
+            return delete(how.skip_locked, False)
+        finally:
+            set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
+
+    return delete_or_skip_locked(ctx, lambda: delete(how.plain, True), skipping) or (0, 0)
 
 
 # -- read side: a sweep's state (pg-ttl orphans status) ---------------------------------
