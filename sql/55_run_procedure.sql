@@ -1,3 +1,13 @@
+-- How CALL ttl.run() records a unit that an error stopped: a lock or statement timeout
+-- ('timeout', with the server's message) or the partition dropped meanwhile ('skipped').
+CREATE OR REPLACE FUNCTION ttl._unit_failure(state text, message text, OUT status text, OUT error text)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN state = '42P01' THEN 'skipped' ELSE 'timeout' END,
+           CASE WHEN state = '42P01' THEN 'the partition was dropped during the run' ELSE message END
+$fn$;
+
 -- One expiration pass, server side, for pg_cron:
 --     CALL ttl.run();              -- every policy whose table the caller may act for
 --     CALL ttl.run('events');      -- one table
@@ -167,12 +177,8 @@ BEGIN
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
                 END IF;
-            EXCEPTION WHEN lock_not_available OR query_canceled THEN
-                unit_status := 'timeout';
-                unit_error := SQLERRM;
-            WHEN undefined_table THEN
-                unit_status := 'skipped';
-                unit_error := 'the partition was dropped during the run';
+            EXCEPTION WHEN lock_not_available OR query_canceled OR undefined_table THEN
+                SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
             END;
             PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', strategy, cp);
             COMMIT;
@@ -209,12 +215,8 @@ BEGIN
                 IF strategy = 'index' THEN
                     BEGIN
                         EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
-                    EXCEPTION WHEN lock_not_available OR query_canceled THEN
-                        unit_status := 'timeout';
-                        unit_error := SQLERRM;
-                    WHEN undefined_table THEN
-                        unit_status := 'skipped';
-                        unit_error := 'the partition was dropped during the run';
+                    EXCEPTION WHEN lock_not_available OR query_canceled OR undefined_table THEN
+                        SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                     END;
                     EXIT WHEN unit_status <> 'ok';
                     IF e = k THEN
@@ -246,19 +248,11 @@ BEGIN
                     EXCEPTION WHEN serialization_failure THEN
                         n := 0;  -- moved again meanwhile: left for the next run
                         unit_error := 'rows moved to another partition during the run were left for the next run';
-                    WHEN lock_not_available OR query_canceled THEN
-                        unit_status := 'timeout';
-                        unit_error := SQLERRM;
-                    WHEN undefined_table THEN
-                        unit_status := 'skipped';
-                        unit_error := 'the partition was dropped during the run';
+                    WHEN lock_not_available OR query_canceled OR undefined_table THEN
+                        SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                     END;
-                WHEN query_canceled THEN
-                    unit_status := 'timeout';
-                    unit_error := SQLERRM;
-                WHEN undefined_table THEN
-                    unit_status := 'skipped';
-                    unit_error := 'the partition was dropped during the run';
+                WHEN query_canceled OR undefined_table THEN
+                    SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                 END;
                 EXIT WHEN unit_status <> 'ok';
                 unit_n := unit_n + n;

@@ -468,3 +468,26 @@ def test_block_range_delete_statement_is_the_databases(db: psycopg.Connection[An
     assert psycopg.RawCursor(db).execute(plain, ("(0,0)", "(1,0)")).rowcount == 1
     db.commit()
     assert _ids(db) == [2, 4, 6, 8, 10]
+
+
+def test_call_run_records_a_locked_table_as_timed_out_and_goes_on(db: psycopg.Connection[Any],
+                                                                   connect: Any) -> None:
+    """CALL ttl.run(): a table an application holds locked past lock_timeout is that unit's
+    timeout (the server's message kept), the run is partial, and the next table is done."""
+    for name in ("t1", "t2"):
+        db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v timestamptz)")
+        db.execute(f"INSERT INTO {name} SELECT g, '2020-01-01' FROM generate_series(1, 10) g")
+        db.execute("SELECT ttl.enable(%s, expire_after => '1 day', column_name => 'v')", (name,))
+    db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'lock_timeout'")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("LOCK TABLE t1 IN ACCESS EXCLUSIVE MODE")
+    try:
+        connect().execute("CALL ttl.run()")
+    finally:
+        app.rollback()
+    units = {r[0]: r[1:] for r in db.execute("SELECT unit_name, status, error, rows_deleted FROM ttl.run_unit")}
+    assert units["t1"][0] == "timeout" and "lock timeout" in units["t1"][1] and units["t1"][2] == 0
+    assert units["t2"] == ("ok", None, 10)
+    assert dict(db.execute("SELECT table_name, status FROM ttl.last_run").fetchall()) == {"t1": "partial", "t2": "ok"}
+    assert _ids(db, "t1") == list(range(1, 11)) and _ids(db, "t2") == []

@@ -49,6 +49,19 @@ def _table(db: psycopg.Connection[Any], expired: int, sbs: int = 300, dbs: int =
     db.commit()
 
 
+def _window_starts(monkeypatch: pytest.MonkeyPatch) -> list[ranges.WindowStart]:
+    """Where each window the engine reads from now on starts, in order."""
+    starts: list[ranges.WindowStart] = []
+    original = ranges.window_end
+
+    def recording(ctx: Any, start: ranges.WindowStart, step: int) -> str | None:
+        starts.append(start)
+        return original(ctx, start, step)
+
+    monkeypatch.setattr(ranges, "window_end", recording)
+    return starts
+
+
 def test_a_stopped_run_resumes_at_the_window_its_checkpoint_ends(
         db: psycopg.Connection[Any], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _table(db, 3000)
@@ -62,14 +75,7 @@ def test_a_stopped_run_resumes_at_the_window_its_checkpoint_ends(
                               " FROM w WHERE v < '2999-01-01'", {"k": cp["from"]}).fetchone()
     assert (below, above) == (0, 3000 - res.rows_deleted)
     db.commit()
-    starts: list[ranges.WindowStart] = []
-    original = ranges.window_end
-
-    def recording(ctx: Any, start: ranges.WindowStart, step: int) -> str | None:
-        starts.append(start)
-        return original(ctx, start, step)
-
-    monkeypatch.setattr(ranges, "window_end", recording)
+    starts = _window_starts(monkeypatch)
     first = res.rows_deleted
     [res] = expire(dsn)
     # the next run's first window begins at the checkpoint's key, inclusive
@@ -186,14 +192,7 @@ def test_call_run_killed_mid_unit_is_resumed_by_the_engine_at_its_window(
                       " FROM w WHERE v < '2999-01-01'", {"k": cp["from"]}).fetchone() == (0, 3000 - first)
     db.execute("SELECT ttl.set_options('w', '{\"delete_rate_limit\": \"0\"}')")
     db.commit()
-    starts: list[ranges.WindowStart] = []
-    original = ranges.window_end
-
-    def recording(ctx: Any, start: ranges.WindowStart, step: int) -> str | None:
-        starts.append(start)
-        return original(ctx, start, step)
-
-    monkeypatch.setattr(ranges, "window_end", recording)
+    starts = _window_starts(monkeypatch)
     [res] = expire(dsn)
     assert (starts[0].key, starts[0].inclusive) == (cp["from"], True)
     assert res.status == "ok" and res.rows_deleted == 3000 - first and res.units[0].strategy == "index"
