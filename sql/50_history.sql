@@ -25,6 +25,20 @@ AS $fn$
      WHERE x.run_id = run
 $fn$;
 
+-- A run starts: its row in ttl.run, for the Python engine and CALL ttl.run() alike
+-- ('running'; a run that ends as it starts, such as a paused table's, `finished`).
+-- Runs with the caller's rights: only the table's owners may write its history.
+CREATE OR REPLACE FUNCTION ttl._start_run(tbl oid, name text, run_worker text, run_cutoff timestamptz,
+                                          run_status text DEFAULT 'running', run_error text DEFAULT NULL,
+                                          finished boolean DEFAULT false) RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error, finished_at)
+    VALUES (tbl, name, run_worker, run_cutoff, run_status, run_error, CASE WHEN finished THEN clock_timestamp() END)
+    RETURNING run_id
+$fn$;
+
 -- A run ends: its counters are its units' totals; `run_status` NULL judges the
 -- status from the units (a failed unit fails the run, all skipped is 'busy',
 -- any other unit not ok makes it 'partial'). Returns the status recorded.

@@ -121,14 +121,12 @@ BEGIN
         -- an error ends it, so the caller's session never keeps the owner's role).
         PERFORM pg_catalog.set_config('role', p.owner, true);
         IF p.paused THEN
-            INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error, finished_at)
-            VALUES (p.relid, p.name, 'ttl.run()', cutoff, 'paused',
-                    format('paused (SELECT ttl.resume(%L) to resume)', p.name), pg_catalog.clock_timestamp());
+            PERFORM ttl._start_run(p.relid, p.name, 'ttl.run()', cutoff, 'paused',
+                                   format('paused (SELECT ttl.resume(%L) to resume)', p.name), finished => true);
             COMMIT;
             CONTINUE;
         END IF;
-        INSERT INTO ttl.run (relid, table_name, worker, cutoff) VALUES (p.relid, p.name, 'ttl.run()', cutoff)
-        RETURNING run_id INTO run;
+        run := ttl._start_run(p.relid, p.name, 'ttl.run()', cutoff);
         COMMIT;
         -- The leaves, read from pg_inherits: pg_partition_tree() would lock every
         -- partition, and wait on one an application holds.

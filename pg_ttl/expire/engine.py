@@ -268,8 +268,8 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
     try:
         if policy.paused:
             reason = f"paused (SELECT ttl.resume('{policy.name}') to resume)"
-            run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason)
-            conn.execute("UPDATE ttl.run SET finished_at = clock_timestamp() WHERE run_id = %s", (run_id,))
+            run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff, "paused", reason,
+                                       finished=True)
             return TableResult(policy.name, run_id, "paused", error=reason)
         if kind == "orphans":
             pred = orphans.orphan_predicate(conn, policy, cutoff)

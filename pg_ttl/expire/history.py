@@ -14,18 +14,21 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+# The run's row (ttl._start_run) and, with a search_path, the session's set to it.
 START_RUN = """
-WITH r AS (INSERT INTO ttl.run (relid, table_name, worker, cutoff, status, error)
-           VALUES (%s, %s, %s, %s, %s, %s) RETURNING run_id)
-SELECT r.run_id, CASE WHEN %s::text IS NOT NULL THEN pg_catalog.set_config('search_path', %s, false) END FROM r
+SELECT ttl._start_run(%s, %s, %s, %s, %s, %s, %s),
+       CASE WHEN %s::text IS NOT NULL THEN pg_catalog.set_config('search_path', %s, false) END
 """
 
 
 def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str | None, cutoff: datetime,
-              status: str = "running", error: str | None = None, search_path: str | None = None) -> int:
-    """The run's row; with ``search_path``, the session's search_path set to it by the same
-    statement (the run's statements that follow use the table's)."""
-    row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error, search_path, search_path)).fetchone()
+              status: str = "running", error: str | None = None, search_path: str | None = None,
+              finished: bool = False) -> int:
+    """The run's row (``finished``: one that ends as it starts); with ``search_path``, the
+    session's search_path set to it by the same statement (the run's statements that
+    follow use the table's)."""
+    row = conn.execute(START_RUN, (relid, table, worker, cutoff, status, error, finished, search_path,
+                                   search_path)).fetchone()
     assert row is not None
     return int(row[0])
 

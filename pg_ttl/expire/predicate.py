@@ -143,12 +143,10 @@ SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s) AS search_path,
 # A run's row in ttl.run and its predicate, in one statement; the session's search_path
 # set to the table's by it too (the run's statements that follow use it).
 START_RUN = """
-WITH e AS (""" + PREDICATE + """),
-r AS (INSERT INTO ttl.run (relid, table_name, worker, cutoff, status)
-      SELECT %(relid)s, %(table)s, %(worker)s, %(cutoff)s, 'running' FROM e RETURNING run_id)
-SELECT e.expired, e.bound, e.search_path, e.min_expiry, r.run_id,
+SELECT e.expired, e.bound, e.search_path, e.min_expiry,
+       ttl._start_run(%(relid)s, %(table)s, %(worker)s, %(cutoff)s),
        pg_catalog.set_config('search_path', e.search_path, false)
-  FROM e, r
+  FROM (""" + PREDICATE + """) e
 """
 
 
