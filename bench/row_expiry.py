@@ -31,7 +31,7 @@ from psycopg import sql
 
 from bench.orphans import LongestTransaction
 from bench.runner import rotated
-from bench.server import copy_database, loadavg_text
+from bench.server import copy_database, loadavg_text, prewarm
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.localserver import LocalServer
@@ -115,11 +115,7 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                 install.upgrade(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at')")
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-                conn.execute("SELECT pg_prewarm(c.oid) FROM pg_class c WHERE c.relname LIKE 'events%' "
-                             "AND c.relkind IN ('r', 'i')")
-                conn.execute("CHECKPOINT")
+            prewarm(dsn)
             load = loadavg_text()
             with LongestTransaction(dsn, APP) as longest:
                 started = time.perf_counter()

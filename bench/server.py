@@ -104,12 +104,8 @@ class BenchServer:
         install.upgrade(self.local.dsn(dbname))
 
     def prepare_measurement(self, dbname: str) -> None:
-        """Same starting line for every contender: all relations in shared buffers, then a checkpoint."""
-        with self.admin(dbname) as conn:
-            conn.execute(
-                "SELECT pg_prewarm(c.oid) FROM pg_class c "
-                "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i', 't', 'm')")
-            conn.execute("CHECKPOINT")
+        """Same starting line for every contender (``prewarm``)."""
+        prewarm(self.dsn(dbname))
 
     @contextmanager
     def database(self, template: str, name: str) -> Iterator[str]:
@@ -132,6 +128,16 @@ class BenchServer:
 
     def version(self) -> str:
         return str(self.execute("postgres", "SELECT version()")[0][0])
+
+
+def prewarm(dsn: str) -> None:
+    """Same starting line for every contender: every relation of schema public in shared
+    buffers, then a checkpoint."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("SELECT pg_prewarm(c.oid) FROM pg_class c "
+                     "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i', 't', 'm')")
+        conn.execute("CHECKPOINT")
 
 
 def copy_database(server: LocalServer, template: str, name: str) -> str:

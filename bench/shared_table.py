@@ -32,7 +32,7 @@ import psycopg
 from psycopg import sql
 
 from bench.runner import rotated
-from bench.server import copy_database, loadavg_text
+from bench.server import copy_database, loadavg_text, prewarm
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
 from pg_ttl.localserver import LocalServer
@@ -116,10 +116,7 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
                 install.upgrade(dsn)
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at')")
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-                conn.execute("SELECT pg_prewarm('events'), pg_prewarm('events_pkey')")
-                conn.execute("CHECKPOINT")
+            prewarm(dsn)
             load = loadavg_text()
             started = time.perf_counter()
             out = CONTENDERS[name](dsn)
