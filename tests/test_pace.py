@@ -344,3 +344,100 @@ def test_a_slowed_pace_does_not_hold_small_tables_or_outlive_its_reasons(db: psy
         [big] = engine.expire(["t"])
     assert big.rows_deleted == 300_000 and engine.pace.rested == 0.0
     assert big.pace is not None and (big.pace.duty, big.pace.reason) == (1.0, "idle")
+
+
+class _Batches:
+    """Each DELETE's rows, with whether the pace was slowed as it was sized (the pace changes
+    only between transactions, after each batch is reported)."""
+
+    def __init__(self, engine: Engine, on_batch: Any = None) -> None:
+        self.engine, self.on_batch = engine, on_batch
+        self.batches: list[tuple[int, bool]] = []
+
+    def unit_started(self, *a: Any) -> None:
+        pass
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        self.batches.append((deleted, self.engine.pace.slowed))
+        if self.on_batch is not None:
+            self.on_batch(len(self.batches))
+
+    def unit_finished(self, result: Any) -> None:
+        pass
+
+
+def _shared_sweep_table(db: psycopg.Connection[Any], rows: int) -> None:
+    """A table swept in shared ranges of 128 blocks (about 18,000 of its rows each)."""
+    _big_table(db, rows=rows)
+    db.autocommit = True
+    db.execute("UPDATE ttl.settings SET value = '1MB' WHERE name = 'row_range_bytes'")
+    db.execute("VACUUM t")  # relpages: the size the engine judges the table by
+
+
+def test_a_sweep_slowed_midway_keeps_each_transaction_to_delete_batch_size(db: psycopg.Connection[Any],
+                                                                          dsn: str) -> None:
+    """A big table's sweep starts at full speed on an idle server, its DELETEs growing to a
+    whole range each; when the application comes and the throttle slows the pass, each
+    transaction is cut to about delete_batch_size rows (1000) from then on, ranges swept whole
+    included."""
+    _shared_sweep_table(db, rows=4 * ROWS)
+    load: list[Any] = []
+    with Engine(dsn) as engine:
+        def on_batch(n: int) -> None:
+            if n == 12:  # the application comes
+                load.append(_foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4))
+                load[0].__enter__()
+
+        stop = threading.Event()
+        threading.Timer(6.0, stop.set).start()
+        listener = _Batches(engine, on_batch)
+        try:
+            [res] = engine.expire(["t"], stop=stop, progress=listener)
+        finally:
+            if load:
+                load[0].__exit__(None, None, None)
+    unpaced = [n for n, slowed in listener.batches if not slowed]
+    paced = [n for n, slowed in listener.batches if slowed]
+    assert max(unpaced) > 10_000, listener.batches[:20]  # whole ranges, before the application came
+    assert len(paced) >= 10, listener.batches  # then it was slowed
+    assert max(paced) <= 1250, [n for n, _ in listener.batches]
+    assert res.rows_deleted == sum(n for n, _ in listener.batches)
+    assert db.execute("SELECT count(*) FROM t WHERE id > %s", (4 * ROWS,)).fetchone() == (1000,)
+
+
+def test_a_big_table_is_paced_from_its_first_transaction_when_others_are_at_work(
+        db: psycopg.Connection[Any], dsn: str) -> None:
+    """The application is at work as a big table's sweep begins: the pass is gentle from its
+    first commit (the sessions read before it), not after a first 0.1 s at full speed."""
+    _shared_sweep_table(db, rows=2 * ROWS)
+    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4), Engine(dsn) as engine:
+        stop = threading.Event()
+        threading.Timer(2.0, stop.set).start()
+        listener = _Batches(engine)
+        [res] = engine.expire(["t"], stop=stop, progress=listener)
+    assert res.rows_deleted > 0 and len(listener.batches) >= 2
+    # every DELETE after the first was sized by a slowed pace: about delete_batch_size rows
+    assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]
+    assert max(n for n, _ in listener.batches) <= 1250, listener.batches[:10]
+
+
+def test_a_worker_back_from_idling_reads_the_sessions_before_a_big_table(db: psycopg.Connection[Any],
+                                                                         dsn: str) -> None:
+    """One engine session (a worker's): its sampler was last active a minute ago, so what it
+    decided then is not gone by; a big table reads the sessions afresh before its first
+    transaction and is gentle from its first commit."""
+    _shared_sweep_table(db, rows=300_000)
+    with Engine(dsn) as engine:
+        engine.expire(["t"])  # an idle pass: the sampler started, full speed
+        assert engine.pace.samples > 0 and engine.pace.state().duty == 1.0
+        db.execute("INSERT INTO t SELECT g, now() - interval '3 days', 'x' FROM generate_series(-1200000, -1) g")
+        db.execute("VACUUM t")
+        engine.pace._decided = time.time() - 60  # a minute ago
+        with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4):
+            stop = threading.Event()
+            threading.Timer(2.0, stop.set).start()
+            listener = _Batches(engine)
+            [res] = engine.expire(["t"], stop=stop, progress=listener)
+    # (the first pass left its blocks empty: the DELETEs' sizes follow the rows, not asserted)
+    assert res.rows_deleted > 0 and len(listener.batches) >= 2
+    assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]

@@ -436,7 +436,7 @@ def run_unit(ctx: UnitContext, defer_end: bool = False) -> UnitResult:
     ended = False
     pace = ctx.delete_limiter.pace
     if pace is not None:
-        pace.unit_started()
+        pace.unit_started(big=shared)
     try:
         ended = _do_unit(ctx, res)
     except errors.UndefinedTable:

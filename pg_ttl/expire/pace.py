@@ -56,7 +56,8 @@ SELECT pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()),
 """
 
 SAMPLE_SECONDS = 0.02
-WARMUP_SECONDS = 0.1  # a unit paced (and sampled) once it has worked this long
+WARMUP_SECONDS = 0.1  # a unit paced (and sampled) once it has worked this long, unless big
+FRESH_SAMPLE_SECONDS = 0.2  # a big unit waits this long at most for a sample of the sessions now
 BUSY_SECONDS = 0.1
 RETRY_SECONDS = 10.0  # a sampler that failed is opened again after this long
 DECIDE_SECONDS = 0.1
@@ -206,12 +207,13 @@ class Pace:
         self._work: deque[tuple[float, float]] = deque(maxlen=4096)  # (start, end) of work, local clock
         self._working_since: float | None = None
         self._unit_started = 0.0
-        self._busy_sessions = 0  # other sessions with a statement in the last BUSY_SECONDS, at the start
+        self._busy_sessions = 0  # other sessions with a statement in the last BUSY_SECONDS, last sample
         self._hidden = 0
         self._replica_lag: int | None = None
         self._offset = 0.0  # server clock - local clock
         self._decided = 0.0
         self._active = threading.Event()
+        self._sampled = threading.Event()  # set by each sample
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
@@ -230,14 +232,28 @@ class Pace:
         if not enabled:
             self.controller.duty, self.controller.reason = 1.0, "off"
 
-    def unit_started(self) -> None:
+    def unit_started(self, big: bool = False) -> None:
+        """A unit begins. ``big``: one of many transactions (a table swept range by range),
+        paced from its first commit: a first WARMUP_SECONDS at full speed, in transactions
+        growing toward STATEMENT_SECONDS, was what other sessions felt most of a paced pass."""
         if not self.enabled:
             return
-        self._unit_started = self._working_since = time.time()
-        if self._unit_started - self._decided > BASELINE_SECONDS:
+        now = self._unit_started = self._working_since = time.time()
+        stale = now - self._decided > BASELINE_SECONDS
+        if stale:
             # What the last decision saw is too old to go by (the worker idled since): full speed
             # until the sessions say otherwise.
             self.controller.duty, self.controller.reason = 1.0, "idle"
+        if big:
+            if not self._sampling():
+                self._begin_sampling(now)
+            elif stale:  # the sessions were last read long ago: read them before it begins
+                self._sampled.clear()
+                self._active.set()
+                if self._sampled.wait(FRESH_SAMPLE_SECONDS):
+                    self.controller.start(self._busy_sessions >= 2)
+                    self._decided = now
+            self._unit_started = now - WARMUP_SECONDS
         if self._sampling():
             self._active.set()
 
@@ -266,17 +282,9 @@ class Pace:
             # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling, no rest.
             self._working_since = now
             return
-        if not self._sampling():
-            # A sampler that failed (its session ended, say) is opened again, not at once.
-            if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
-                self._working_since = now
-                return
-            self._start_sampler()
-            if not self._sampling():
-                self._working_since = now
-                return
-            self.controller.start(self._busy_sessions >= 2)
-            self._decided = now
+        if not self._sampling() and not self._begin_sampling(now):
+            self._working_since = now
+            return
         self._active.set()
         if now - self._decided >= DECIDE_SECONDS:
             self._decide(now)
@@ -288,6 +296,18 @@ class Pace:
                 time.sleep(rest)
             self.rested += rest
         self._working_since = time.time()
+
+    def _begin_sampling(self, now: float) -> bool:
+        """The sampler started, its first sample taken: gently if others are at work. False
+        when it cannot sample (a sampler that failed is opened again, not at once)."""
+        if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
+            return False
+        self._start_sampler()
+        if not self._sampling():
+            return False
+        self.controller.start(self._busy_sessions >= 2)
+        self._decided = now
+        return True
 
     def _decide(self, now: float) -> None:
         self._drain(now)
@@ -392,12 +412,12 @@ class Pace:
             if running.get(pid, (None,))[0] != start and seen.get(pid) != start:
                 fresh.append((start - self._offset, max(0.0, secs)))
         self._seen, self._running = seen, running  # sessions gone are forgotten
-        if first:
-            self._busy_sessions = busy + len(running)
+        self._busy_sessions = busy + len(running)
         with self._lock:
             self._replica_lag = None if replica_lag is None else int(replica_lag)
             self._hidden = hidden
             self._observed.extend(fresh)
+        self._sampled.set()
 
     def _drain(self, now: float) -> None:
         """Hand the sampled statements to the controller, each as during work or at rest."""

@@ -339,9 +339,13 @@ def _sweep_range(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no: int
             # so each is kept to delete_batch_size rows (other sessions wait less on each).
             max_rows = how.max_rows or (ctx.policy.delete_batch_size if ctx.delete_limiter.paced else None)
             by_rows = max_rows * blocks / deleted if deleted and max_rows else float("inf")
-            # (a range's last DELETE may be cut short by its end: it does not shrink the next)
+            # (a range's last DELETE may be cut short by its end: its time does not shrink the
+            # next, but a pace's row cap does: a range swept whole by each DELETE otherwise
+            # stays one transaction of the range's rows however slow the pass is asked to go)
             if hi < end or blocks >= step:
                 step = sweep.step = max(1, int(min(by_time, by_rows, blocks * 4)))
+            elif by_rows < step:
+                step = sweep.step = max(1, int(by_rows))
             block = hi
     finally:
         set_lock_timeout(ctx, ctx.settings.lock_timeout)
