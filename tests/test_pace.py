@@ -374,6 +374,17 @@ def _shared_sweep_table(db: psycopg.Connection[Any], rows: int) -> None:
     db.execute("VACUUM t")  # relpages: the size the engine judges the table by
 
 
+def _pass_while_busy(engine: Engine, dsn: str) -> tuple[Any, _Batches]:
+    """Two seconds of a pass over t while four sessions of the application wait on its
+    transactions (a SHARE lock conflicts with DELETE's)."""
+    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4):
+        stop = threading.Event()
+        threading.Timer(2.0, stop.set).start()
+        listener = _Batches(engine)
+        [res] = engine.expire(["t"], stop=stop, progress=listener)
+    return res, listener
+
+
 def test_a_sweep_slowed_midway_keeps_each_transaction_to_delete_batch_size(db: psycopg.Connection[Any],
                                                                           dsn: str) -> None:
     """A big table's sweep starts at full speed on an idle server, its DELETEs growing to a
@@ -410,11 +421,8 @@ def test_a_big_table_is_paced_from_its_first_transaction_when_others_are_at_work
     """The application is at work as a big table's sweep begins: the pass is gentle from its
     first commit (the sessions read before it), not after a first 0.1 s at full speed."""
     _shared_sweep_table(db, rows=2 * ROWS)
-    with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4), Engine(dsn) as engine:
-        stop = threading.Event()
-        threading.Timer(2.0, stop.set).start()
-        listener = _Batches(engine)
-        [res] = engine.expire(["t"], stop=stop, progress=listener)
+    with Engine(dsn) as engine:
+        res, listener = _pass_while_busy(engine, dsn)
     assert res.rows_deleted > 0 and len(listener.batches) >= 2
     # every DELETE after the first was sized by a slowed pace: about delete_batch_size rows
     assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]
@@ -433,11 +441,7 @@ def test_a_worker_back_from_idling_reads_the_sessions_before_a_big_table(db: psy
         db.execute("INSERT INTO t SELECT g, now() - interval '3 days', 'x' FROM generate_series(-1200000, -1) g")
         db.execute("VACUUM t")
         engine.pace._decided = time.time() - 60  # a minute ago
-        with _foreground(dsn, "LOCK TABLE t IN SHARE MODE", transaction=True, sessions=4):
-            stop = threading.Event()
-            threading.Timer(2.0, stop.set).start()
-            listener = _Batches(engine)
-            [res] = engine.expire(["t"], stop=stop, progress=listener)
+        res, listener = _pass_while_busy(engine, dsn)
     # (the first pass left its blocks empty: the DELETEs' sizes follow the rows, not asserted)
     assert res.rows_deleted > 0 and len(listener.batches) >= 2
     assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]
