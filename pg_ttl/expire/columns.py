@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from pg_ttl.expire import history
+from pg_ttl.expire import history, owner
 from pg_ttl.expire.context import RateLimiter, UnitContext
 from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
@@ -52,7 +52,8 @@ SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_si
 """
 # Tables with column TTLs and no table TTL (the engine's units cover the others).
 COLUMN_ONLY = """
-SELECT DISTINCT cp.relid, n.nspname, c.relname
+SELECT DISTINCT cp.relid, n.nspname, c.relname, pg_catalog.pg_get_userbyid(c.relowner),
+       ttl._table_search_path(cp.relid)
   FROM ttl.column_policy cp
   JOIN pg_catalog.pg_class c ON c.oid = cp.relid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -155,7 +156,7 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
     ``batch_size`` rows examined per step (default: the select_batch_size option's default)."""
     results: list[TableResult] = []
     ids = list(relids) if relids is not None else None
-    for relid, schema, relname in conn.execute(COLUMN_ONLY, (ids, ids)).fetchall():
+    for relid, schema, relname, owner_name, search_path in conn.execute(COLUMN_ONLY, (ids, ids)).fetchall():
         if stop is not None and stop.is_set():
             break
         if batch_size is None:
@@ -163,25 +164,45 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
             batch_size = int(row[0]) if row else 10000
         name = f"{schema}.{relname}" if schema != "public" else str(relname)
         started = time.monotonic()
-        run_id = history.start_run(conn, relid, name, worker, cutoff)
-        result = TableResult(name, run_id, "running")
+        # As the table's owner, as every run (its triggers and defaults run with its rights)
         try:
-            for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
-                label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
-                result.add(_null_leaf(conn, name, run_id, relid, leaf, label, batch_size, cutoff, stop, pace))
-            # The database judges the run from its units (ttl._finish_run).
-            result.status = history.finish_run(conn, run_id, None)
-            if result.status == "failed":
-                result.error = result.first_failure()
-        except BaseException as exc:
-            if not conn.broken:
-                result.status, result.error = "failed", error_text(exc)
-                history.close_failed_run(conn, run_id, result.error)
-            raise
+            owner.become(conn, owner_name, name, local=False)
+        except owner.NotOwner as exc:
+            results.append(TableResult(name, None, "failed", error=str(exc), duration=time.monotonic() - started))
+            continue
+        try:
+            results.append(_null_table(conn, relid, name, search_path, batch_size, cutoff, stop, worker, pace))
         finally:
-            result.duration = time.monotonic() - started
-        results.append(result)
+            owner.restore(conn, local=False, search_path=owner.SEARCH_PATH)
+        results[-1].duration = time.monotonic() - started
     return results
+
+
+def _null_table(conn: psycopg.Connection[Any], relid: int, name: str, search_path: str, batch_size: int,
+                cutoff: datetime, stop: threading.Event | None, worker: str | None,
+                pace: Pace | None) -> TableResult:
+    """One column-only table's run, leaf by leaf (the session is its owner's, with its search_path)."""
+    run_id = history.start_run(conn, relid, name, worker, cutoff, search_path=search_path)
+    result = TableResult(name, run_id, "running")
+    try:
+        for leaf, leaf_schema, leaf_name in conn.execute(LEAVES, {"relid": relid}).fetchall():
+            label = f"{leaf_schema}.{leaf_name}" if leaf_schema != "public" else str(leaf_name)
+            result.add(_null_leaf(conn, name, run_id, relid, leaf, label, batch_size, cutoff, stop, pace))
+        # The database judges the run from its units (ttl._finish_run).
+        recorded = history.finish_run(conn, run_id, None)
+        if recorded is None:  # the table changed owner during the run: its history is the new owner's
+            owner.restore(conn, local=False, search_path=owner.SEARCH_PATH)
+            history.close_run_after_owner_change(conn, run_id)
+            recorded, result.error = "failed", history.CHANGED_OWNER
+        result.status = recorded
+        if result.status == "failed" and result.error is None:
+            result.error = result.first_failure()
+    except BaseException as exc:
+        if not conn.broken:
+            result.status, result.error = "failed", error_text(exc)
+            history.close_failed_run(conn, run_id, result.error)
+        raise
+    return result
 
 
 def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: int, leaf: int, label: str,
@@ -189,8 +210,9 @@ def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: in
     started = time.monotonic()
     res = UnitResult(table, label, "delete", 0, 0, "ok", None, 0.0, relid=leaf)
     # claimed and started, or skipped with the reason recorded (sql/50_history.sql)
-    row = conn.execute("SELECT ttl._begin_unit(%s, %s, %s, %s, 'delete', %s, NULL, true)",
-                       (run_id, relid, leaf, label, cutoff)).fetchone()
+    with history.claiming(conn, leaf):
+        row = conn.execute("SELECT ttl._begin_unit(%s, %s, %s, %s, 'delete', %s, NULL, true)",
+                           (run_id, relid, leaf, label, cutoff)).fetchone()
     if row is not None and row[0] is not None:
         res.action, res.status, res.error = "skip", "skipped", str(row[0])
         return res

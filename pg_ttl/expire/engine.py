@@ -34,7 +34,7 @@ class EngineError(Exception):
 
 
 # The engine session's own search_path, between tables (a table's run sets the table's).
-SEARCH_PATH = "pg_catalog, pg_temp"
+SEARCH_PATH = owner.SEARCH_PATH
 
 
 def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
@@ -291,10 +291,16 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
         measure = kind == "rows" and (stop is None or not stop.is_set())
         if measure and _left_nothing(result):
             result.oldest_left, result.oldest_measured, measure = None, True, False
-        result.status = history.finish_run(conn, result.run_id, status, unit_end=pending,
-                                           restore=None if measure else SEARCH_PATH)
+        recorded = history.finish_run(conn, result.run_id, status, unit_end=pending,
+                                      restore=None if measure else SEARCH_PATH)
         pending, restored = None, not measure
-        if result.status == "failed":
+        if recorded is None:  # the table changed owner during the run: its history is the new owner's
+            owner.restore(conn, local=False, search_path=SEARCH_PATH)
+            restored, measure = True, False
+            recorded, result.error = "failed", history.CHANGED_OWNER
+            history.close_run_after_owner_change(conn, result.run_id)
+        result.status = recorded
+        if result.status == "failed" and result.error is None:
             result.error = result.first_failure()
         if measure:
             _measure_oldest_left(conn, policy, pred, result)
@@ -369,10 +375,18 @@ def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     def one(unit: Unit) -> None:
         ctx = UnitContext(conn, policy, pred, unit, run_id, settings, progress, select_limiter, delete_limiter, stop)
         unit_result = run_unit(ctx, defer_end=len(units) == 1)
+        result.add(unit_result)
+        try:
+            progress.unit_finished(unit_result)
+        except BaseException:
+            # (the end left to the run's would be lost with this frame: the unit would read
+            # 'running' under a failed run, its claim held)
+            if ctx.unit_end is not None and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    history.end_unit(conn, run_id, ctx.unit_end)
+            raise
         if ctx.unit_end is not None:
             pending.append(ctx.unit_end)
-        result.add(unit_result)
-        progress.unit_finished(unit_result)
 
     i = 0
     while i < len(units):
@@ -421,11 +435,12 @@ def run_unit(ctx: UnitContext, defer_end: bool = False) -> UnitResult:
     # over the checkpoint an interrupted run left, in the same statement, once claimed.
     # A big unit to sweep in ctid order is shared: its claim too, and no run takes it over.
     shared = _shares_ranges(ctx)
-    row = conn.execute("SELECT b.reason, CASE WHEN b.reason IS NULL AND %s THEN ttl.take_over_unit(%s, %s) END "
-                       "FROM ttl._begin_unit(%s, %s, %s, %s, %s, %s, %s, %s) AS b(reason)",
-                       (unit.action in RESUMABLE and not shared, unit.relid, unit.action,
-                        ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
-                        "ranges" if shared else None, unit.action in ("drop", "detach"))).fetchone()
+    with history.claiming(conn, unit.relid):
+        row = conn.execute("SELECT b.reason, CASE WHEN b.reason IS NULL AND %s THEN ttl.take_over_unit(%s, %s) END "
+                           "FROM ttl._begin_unit(%s, %s, %s, %s, %s, %s, %s, %s) AS b(reason)",
+                           (unit.action in RESUMABLE and not shared, unit.relid, unit.action,
+                            ctx.run_id, ctx.policy.relid, unit.relid, unit.name, unit.action, ctx.pred.cutoff,
+                            "ranges" if shared else None, unit.action in ("drop", "detach"))).fetchone()
     ctx.checkpoint = dict(row[1]) if row is not None and row[1] else None
     ctx.rows_may_remain = ctx.checkpoint is not None  # an earlier run did the unit up to it
     if row is not None and row[0] is not None:

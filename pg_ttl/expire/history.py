@@ -7,6 +7,7 @@ deletes its rows (see rows.py), so they are exact whatever happens to the run.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,29 @@ def start_run(conn: psycopg.Connection[Any], relid: int, table: str, worker: str
                                    search_path)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# The caller's claim on a unit released, if it holds one (a statement that claimed it failed after)
+RELEASE_IF_HELD = """
+SELECT ttl._release_claim(%(unit)s, NULL)
+ WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 1
+                  AND ((l.classid::int8 << 32) | l.objid::int8) = ttl._claim_key(%(unit)s))
+"""
+
+
+@contextlib.contextmanager
+def claiming(conn: psycopg.Connection[Any], unit_relid: int) -> Iterator[None]:
+    """Around a statement that claims a unit (ttl._begin_unit) and does more: if it fails
+    after the claim, its transaction is undone but not the claim (a session advisory lock),
+    which would keep every other run off the unit for as long as this session lives."""
+    try:
+        yield
+    except psycopg.Error:
+        if not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(RELEASE_IF_HELD, {"unit": unit_relid})
+        raise
 
 
 def close_dead_runs(conn: psycopg.Connection[Any]) -> None:
@@ -77,15 +101,35 @@ SELECT CASE WHEN %(unit)s::oid IS NOT NULL
 
 
 def finish_run(conn: psycopg.Connection[Any], run_id: int, status: str | None, error: str | None = None, *,
-               unit_end: UnitEnd | None = None, restore: str | None = None) -> str:
+               unit_end: UnitEnd | None = None, restore: str | None = None) -> str | None:
     """The run's end, with its units' totals (sql/50_history.sql); ``status`` None: judged
     from its units. ``unit_end``: its last unit ended first; ``restore``: then the session
-    back to its own role and to this search_path. Returns the status recorded."""
+    back to its own role and to this search_path. Returns the status recorded, None when
+    nothing was: row security hid the run from the role ending it (the table's owner
+    changed since the run took its role; see ``close_run_after_owner_change``)."""
     end = unit_end or UnitEnd(0, "", None, None)
     row = conn.execute(FINISH_RUN, {"unit": unit_end.unit_relid if unit_end else None, "run": run_id,
                                     "unit_status": end.status, "unit_error": end.error, "lock": end.lock_timeout,
                                     "status": status, "error": error, "path": restore}).fetchone()
-    return str(row[2]) if row and row[2] else (status or "ok")
+    return str(row[2]) if row and row[2] else None
+
+
+# The run's units left running closed as failed, by the session's own role.
+CLOSE_UNITS = """
+SELECT ttl._finish_unit(u.run_id, u.unit_relid, 'failed', %(error)s)
+  FROM ttl.run_unit u WHERE u.run_id = %(run)s AND u.status = 'running'
+"""
+
+
+CHANGED_OWNER = "the table's owner changed during the run; the next run works as the new owner"
+
+
+def close_run_after_owner_change(conn: psycopg.Connection[Any], run_id: int, error: str = CHANGED_OWNER) -> None:
+    """A run whose end the owner's role could not record (the table changed owner during the
+    run: its history rows are the new owner's), closed as failed by the session's own role,
+    with its units left running (their claims went with their ends)."""
+    conn.execute(CLOSE_UNITS, {"run": run_id, "error": error})
+    finish_run(conn, run_id, "failed", error)
 
 
 def end_unit(conn: psycopg.Connection[Any], run_id: int, end: UnitEnd) -> None:

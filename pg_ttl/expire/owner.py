@@ -13,6 +13,9 @@ from typing import Any
 
 import psycopg
 
+# The engine session's own search_path, between tables (each table's run uses the table's).
+SEARCH_PATH = "pg_catalog, pg_temp"
+
 
 class NotOwner(Exception):
     """The session may not act as the table's owner."""
