@@ -1,10 +1,13 @@
--- How CALL ttl.run() records a unit that an error stopped: a lock or statement timeout
--- ('timeout', with the server's message) or the partition dropped meanwhile ('skipped').
+-- How CALL ttl.run() records a unit that an error stopped: lock_timeout ('timeout'),
+-- the partition dropped meanwhile ('skipped'), a cancel or the CALL's own
+-- statement_timeout ('interrupted': the CALL stops there), any other error ('failed',
+-- and the CALL goes on with the next unit); with the server's message.
 CREATE OR REPLACE FUNCTION ttl._unit_failure(state text, message text, OUT status text, OUT error text)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT CASE WHEN state = '42P01' THEN 'skipped' ELSE 'timeout' END,
+    SELECT CASE state WHEN '42P01' THEN 'skipped' WHEN '55P03' THEN 'timeout'
+                      WHEN '57014' THEN 'interrupted' ELSE 'failed' END,
            CASE WHEN state = '42P01' THEN 'the partition was dropped during the run' ELSE message END
 $fn$;
 
@@ -25,9 +28,14 @@ $fn$;
 -- or pg-ttl's: key windows or block ranges). A lock held on one partition fails
 -- only that unit.
 -- Whole-partition drop/detach is done by pg-ttl run / the worker only.
+-- An error in a unit is recorded on it and the CALL goes on; a cancel, or the
+-- statement_timeout of the session that CALLs it (PostgreSQL times the whole
+-- CALL: the statement_timeout setting of ttl.settings cannot apply inside it),
+-- ends the unit 'interrupted' with its checkpoint and the CALL with that error.
 -- Must be called outside an explicit transaction block (it commits).
 -- No SET clause: a procedure with one cannot COMMIT; settings it needs are
--- set for the session and put back at the end.
+-- set for the session and put back at the end (keys are read and written as
+-- text, so DateStyle and extra_float_digits are pinned as pg-ttl's session's).
 CREATE OR REPLACE PROCEDURE ttl.run(tbl regclass DEFAULT NULL, cutoff timestamptz DEFAULT NULL)
 LANGUAGE plpgsql
 AS $fn$
@@ -35,7 +43,8 @@ DECLARE
     old_path text := pg_catalog.current_setting('search_path');
     old_tz text := pg_catalog.current_setting('TimeZone');
     old_lock text := pg_catalog.current_setting('lock_timeout');
-    old_stmt text := pg_catalog.current_setting('statement_timeout');
+    old_ds text := pg_catalog.current_setting('DateStyle');
+    old_digits text := pg_catalog.current_setting('extra_float_digits');
     lock_t text;
     row_lock_t text;
     p record;
@@ -96,11 +105,11 @@ BEGIN
     SELECT value INTO row_lock_t FROM ttl.settings WHERE name = 'row_lock_timeout';
     SELECT value INTO forced FROM ttl.settings WHERE name = 'row_strategy';
     PERFORM pg_catalog.set_config('TimeZone', 'UTC', false),
-            pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), false),
-            pg_catalog.set_config('statement_timeout',
-                                  coalesce((SELECT value FROM ttl.settings WHERE name = 'statement_timeout'), '30s'),
-                                  false);
+            pg_catalog.set_config('DateStyle', 'ISO, YMD', false),
+            pg_catalog.set_config('extra_float_digits', '1', false),
+            pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), false);
     COMMIT;
+    unit_status := NULL;
     -- names as the Python engine records them: schema-qualified outside public
     FOR p IN SELECT po.relid, po.paused, po.delete_batch_size, po.select_batch_size, po.delete_rate_limit,
                     po.select_rate_limit, c.relkind, n.nspname,
@@ -152,8 +161,10 @@ BEGIN
             unit_status := 'ok';
             unit_error := NULL;
             cp := ttl.take_over_unit(leaf.oid);
-            IF cp->>'strategy' IS DISTINCT FROM 'ctid' AND cp->>'strategy' IS DISTINCT FROM 'index' THEN
-                cp := NULL;  -- not a checkpoint of row deletion
+            IF cp->>'strategy' IS DISTINCT FROM 'ctid' AND cp->>'strategy' IS DISTINCT FROM 'index'
+               OR cp->>'strategy' = 'index' AND NOT EXISTS (SELECT 1 FROM ttl.policy po
+                                                            WHERE po.relid = p.relid AND po.ttl_attnum IS NOT NULL) THEN
+                cp := NULL;  -- not a checkpoint of row deletion, or a key of a TTL column the policy no longer has
             END IF;
             strategy := cp->>'strategy';  -- a unit resumes the way it was going
             BEGIN
@@ -175,7 +186,7 @@ BEGIN
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
                 END IF;
-            EXCEPTION WHEN lock_not_available OR query_canceled OR undefined_table THEN
+            EXCEPTION WHEN query_canceled OR OTHERS THEN
                 SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
             END;
             PERFORM ttl._start_unit(run, leaf.oid, leaf.name, 'delete', strategy, cp);
@@ -213,7 +224,7 @@ BEGIN
                 IF strategy = 'index' THEN
                     BEGIN
                         EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
-                    EXCEPTION WHEN lock_not_available OR query_canceled OR undefined_table THEN
+                    EXCEPTION WHEN query_canceled OR OTHERS THEN
                         SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                     END;
                     EXIT WHEN unit_status <> 'ok';
@@ -246,10 +257,10 @@ BEGIN
                     EXCEPTION WHEN serialization_failure THEN
                         n := 0;  -- moved again meanwhile: left for the next run
                         unit_error := 'rows moved to another partition during the run were left for the next run';
-                    WHEN lock_not_available OR query_canceled OR undefined_table THEN
+                    WHEN query_canceled OR OTHERS THEN
                         SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                     END;
-                WHEN query_canceled OR undefined_table THEN
+                WHEN query_canceled OR OTHERS THEN
                     SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                 END;
                 EXIT WHEN unit_status <> 'ok';
@@ -283,8 +294,12 @@ BEGIN
                 END IF;
                 IF rate > 0 THEN
                     -- between transactions: the rows so far at `rate` rows/s
-                    PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
-                                                pg_catalog.clock_timestamp() - unit_start)));
+                    BEGIN
+                        PERFORM pg_catalog.pg_sleep(greatest(0, unit_n::float8 / rate - extract(epoch FROM
+                                                    pg_catalog.clock_timestamp() - unit_start)));
+                    EXCEPTION WHEN query_canceled THEN
+                        SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
+                    END;
                 END IF;
                 group_start := pg_catalog.clock_timestamp();
             END LOOP;
@@ -299,15 +314,25 @@ BEGIN
                     pg_catalog.set_config('role', p.owner, true);
             PERFORM ttl._end_unit(run, leaf.oid, unit_status, unit_error, true);
             COMMIT;
+            EXIT WHEN unit_status = 'interrupted';
         END LOOP;
         PERFORM pg_catalog.set_config('role', p.owner, true);
         PERFORM ttl._finish_run(run, NULL, NULL);
         COMMIT;
+        EXIT WHEN unit_status = 'interrupted';
     END LOOP;
-    PERFORM ttl.prune_history();
+    IF unit_status IS DISTINCT FROM 'interrupted' THEN
+        PERFORM ttl.prune_history();
+    END IF;
     PERFORM pg_catalog.set_config('search_path', old_path, false),
             pg_catalog.set_config('TimeZone', old_tz, false),
-            pg_catalog.set_config('lock_timeout', old_lock, false),
-            pg_catalog.set_config('statement_timeout', old_stmt, false);
+            pg_catalog.set_config('DateStyle', old_ds, false),
+            pg_catalog.set_config('extra_float_digits', old_digits, false),
+            pg_catalog.set_config('lock_timeout', old_lock, false);
+    IF unit_status = 'interrupted' THEN
+        COMMIT;  -- what was done and recorded stays; the session's settings are back
+        RAISE EXCEPTION '%', unit_error USING ERRCODE = 'query_canceled',
+            HINT = 'The interrupted unit keeps its checkpoint: the next run goes on from there.';
+    END IF;
 END
 $fn$;

@@ -519,6 +519,9 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         # resume the way it was going (a checkpoint only makes sense to its own strategy)
         cp_strategy = (ctx.checkpoint or {}).get("strategy")
         resumed = str(cp_strategy) if cp_strategy in ("index", "ctid") else None
+        if resumed == "index" and ctx.pred.bound is None:
+            # a key of a TTL column the policy no longer has (an expression now): from the start
+            resumed, ctx.checkpoint = None, None
         if ctx.chosen is not None and resumed is None:  # chosen before the claim (_shares_ranges)
             res.strategy, estimate = ctx.chosen
             history.start_unit(conn, ctx.run_id, unit.relid, unit.name, unit.action, res.strategy, ctx.checkpoint)

@@ -196,12 +196,19 @@ def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
     return Chunk(where, -1, {"strategy": "index", "from": end})
 
 
-# The smallest ctid of one key, as TIE_END finds the largest: the first index tuple's
-# ctids (a posting list, ascending) within its first block_size / 6 rows.
-TIE_START = """
-SELECT CAST(min(c) AS text) FROM (
-  SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
-   LIMIT CAST(current_setting('block_size') AS int) / 6) s
+# The smallest ({agg} min) or the largest ({agg} max) ctid of one key: a btree built by
+# PostgreSQL 12 or later keeps the rows of one key in ctid order, ascending whether the
+# index is on the column ascending or descending; so the key's first rows come first in a
+# scan one way, its last ones in the other. Both ways are read, block_size / 6 rows each
+# (more ctids than a page holds: a posting list counts for many), so that either index
+# order gives both ends.
+TIE_BOUND = """
+SELECT CAST({agg}(c) AS text) FROM (
+  (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
+    LIMIT CAST(current_setting('block_size') AS int) / 6)
+  UNION ALL
+  (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col} DESC
+    LIMIT CAST(current_setting('block_size') AS int) / 6)) s
 """
 
 
@@ -211,7 +218,7 @@ def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterato
     if after is None:
         set_lock_timeout(ctx, ctx.settings.lock_timeout)
         t, col = ctx.unit.ident, ctx.pred.column
-        row = execute(ctx, sql.SQL(TIE_START).format(t=t, col=col, ge=_op(">="), le=_op("<="),
+        row = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL("min"), t=t, col=col, ge=_op(">="), le=_op("<="),
                                                     k=ctx.pred.cast(sql.Literal(key)))).fetchone()
         if row is None or row[0] is None:
             return
@@ -229,14 +236,6 @@ SELECT CAST(s.a[g.i] AS text), g.i FROM (
              FROM generate_series({dbs}, cardinality(s.a) + {dbs} - 1, {dbs}) AS n) g
  ORDER BY g.i
 """
-# The largest ctid of one key: a btree built by PostgreSQL 12 or later keeps the rows of
-# one key in ctid order, and a backward scan returns the last index tuple's ctids (a
-# posting list, ascending) within its first block_size / 6 rows (more ctids than a page holds).
-TIE_END = """
-SELECT CAST(max(c) AS text) FROM (
-  SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col} DESC
-   LIMIT CAST(current_setting('block_size') AS int) / 6) s
-"""
 # How far a window may grow over blocks with few rows of the key, in base windows.
 TIE_WINDOW_MAX = 16
 
@@ -253,7 +252,8 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
     t, col = ctx.unit.ident, ctx.pred.column
     k = ctx.pred.cast(sql.Literal(key))
     set_lock_timeout(ctx, ctx.settings.lock_timeout)
-    last = execute(ctx, sql.SQL(TIE_END).format(t=t, col=col, ge=_op(">="), le=_op("<="), k=k)).fetchone()
+    last = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL("max"), t=t, col=col, ge=_op(">="), le=_op("<="),
+                                                  k=k)).fetchone()
     if last is None or last[0] is None:
         return
     end = _block_of(str(last[0])) + 1
