@@ -33,7 +33,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT i.indkey::smallint[]
       FROM pg_index i
-     WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+     WHERE i.indrelid = tbl AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
        AND NOT EXISTS (SELECT 1 FROM pg_attribute a
                         WHERE a.attrelid = tbl AND a.attnum = ANY (i.indkey::smallint[]) AND NOT a.attnotnull)
      ORDER BY i.indisprimary DESC, i.indnatts, i.indexrelid
@@ -263,6 +263,25 @@ BEGIN
     END IF;
     IF q.relid IS NOT NULL THEN
         PERFORM ttl._queue_triggers(tbl, false);  -- partitions created, attached or detached since
+        -- the table renamed, moved to another schema, its key renamed, a new owner:
+        -- the queue follows its owner, the trigger functions are written anew
+        FOR s IN SELECT c2.oid FROM pg_class c2 JOIN pg_class t2 ON t2.oid = tbl
+                  WHERE (c2.oid = q.queue_relid OR c2.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = q.queue_relid))
+                    AND c2.relowner <> t2.relowner LOOP
+            EXECUTE format('ALTER TABLE %s OWNER TO %I', s.oid::regclass,
+                           (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = tbl));
+        END LOOP;
+        IF EXISTS (SELECT 1 FROM pg_proc pp JOIN pg_class t2 ON t2.oid = tbl
+                    WHERE pp.oid = ANY (ttl._queue_functions(tbl))
+                      AND (pp.proowner <> t2.relowner
+                           OR pp.prosrc IS DISTINCT FROM CASE WHEN pp.proname = format('queue_%s_sync', tbl)
+                                                              THEN ttl._queue_trigger_body(tbl)
+                                                              ELSE ttl._queue_move_body(tbl) END
+                           OR NOT format('search_path=pg_catalog, %I, pg_temp',
+                                         (SELECT nspname FROM pg_namespace WHERE oid = t2.relnamespace))
+                                  = ANY (pp.proconfig))) THEN
+            PERFORM ttl._queue_triggers(tbl, true);
+        END IF;
         RETURN;
     END IF;
     SELECT c2.relname, c2.relkind, c2.relowner, n.nspname INTO c
@@ -457,7 +476,8 @@ BEGIN
         DELETE FROM %1$s q USING (%4$s) o WHERE %6$s AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE %7$s);
         INSERT INTO %1$s (shard, expires_at, %2$s)
         SELECT * FROM (%3$s) n WHERE n.expires_at IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM old_rows o WHERE %8$s) ON CONFLICT DO NOTHING;
+           AND NOT EXISTS (SELECT 1 FROM (%9$s) o WHERE %8$s
+                              AND o.expires_at OPERATOR(pg_catalog.<=) n.expires_at) ON CONFLICT DO NOTHING;
     ELSE
         TRUNCATE %1$s;
         UPDATE ttl.queue SET backfill_after = NULL, backfilled = true
@@ -469,8 +489,10 @@ $body$, s.qname, ks, format('SELECT %s AS shard, %s AS expires_at, %s FROM new_r
         format('SELECT %s AS shard, %s AS expires_at, %s FROM old_rows', s.shard, s.expiry, keysel), tbl, match,
         ttl._queue_eq_sql(tbl, (SELECT array_agg('n.' || k) FROM unnest(s.keys) k),
                           (SELECT array_agg('o.' || k) FROM unnest(s.ks) k)),
-        ttl._queue_eq_sql(tbl, (SELECT array_agg('o.' || k) FROM unnest(s.keys) k),
-                          (SELECT array_agg('n.' || k) FROM unnest(s.ks) k)));
+        ttl._queue_eq_sql(tbl, (SELECT array_agg('o.k' || i) FROM generate_subscripts(s.keys, 1) i),
+                          (SELECT array_agg('n.' || k) FROM unnest(s.ks) k)),
+        format('SELECT %s AS expires_at, %s FROM old_rows', s.expiry,
+               (SELECT string_agg(format('%s AS k%s', s.keys[i], i), ', ') FROM generate_subscripts(s.keys, 1) i)));
 END
 $fn$;
 

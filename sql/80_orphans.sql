@@ -378,11 +378,18 @@ BEGIN
         SELECT string_agg(format('%I', 'ttl parent ' || n), ', ' ORDER BY n) INTO aliases
           FROM (SELECT row_number() OVER (ORDER BY attnum) AS n FROM pg_attribute
                  WHERE attrelid = pk.parent AND attnum > 0 AND NOT attisdropped) AS cols;
-        SELECT string_agg(format('p.%I OPERATOR(%I.%s) %I',
+        -- The index's operator (of its opclass's input type: text's for a varchar key) and
+        -- its collation (a case-insensitive index compares, and is probed, as such).
+        SELECT string_agg(format('p.%I OPERATOR(%I.%s) %I%s',
                                  'ttl parent ' || (SELECT count(*) FROM pg_attribute x
                                                     WHERE x.attrelid = pk.parent AND x.attnum > 0
                                                       AND NOT x.attisdropped AND x.attnum <= k.pa),
-                                 opn.nspname, op.oprname, ttl._attname(o.relid, k.ca)), ' AND ' ORDER BY k.n),
+                                 opn.nspname, op.oprname, ttl._attname(o.relid, k.ca),
+                                 (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
+                                    JOIN pg_namespace cn ON cn.oid = co.collnamespace
+                                   WHERE co.oid = (i.indcollation::oid[])[ip.pos - 1
+                                                                          + array_lower(i.indcollation::oid[], 1)])),
+                          ' AND ' ORDER BY k.n),
                count(*)
           INTO conds, nconds
           FROM unnest(o.key_attnums, pk.attnums) WITH ORDINALITY AS k(ca, pa, n)
@@ -390,20 +397,38 @@ BEGIN
           JOIN LATERAL (SELECT u.pos FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS u(att, pos)
                          WHERE u.att = k.pa) AS ip ON true
           JOIN pg_opclass oc ON oc.oid = (i.indclass::oid[])[ip.pos - 1 + array_lower(i.indclass::oid[], 1)]
-          JOIN pg_attribute pa ON pa.attrelid = pk.parent AND pa.attnum = k.pa
-          JOIN pg_amop am ON am.amopfamily = oc.opcfamily AND am.amoplefttype = pa.atttypid
-                         AND am.amoprighttype = pa.atttypid AND am.amopstrategy = 3
+          JOIN pg_amop am ON am.amopfamily = oc.opcfamily AND am.amoplefttype = oc.opcintype
+                         AND am.amoprighttype = oc.opcintype AND am.amopstrategy = 3
           JOIN pg_operator op ON op.oid = am.amopopr
           JOIN pg_namespace opn ON opn.oid = op.oprnamespace;
         IF nconds <> cardinality(o.key_attnums) THEN
             RAISE EXCEPTION 'the key of the orphan policy of % has no equality operator in the index of %',
                 tbl::regclass, pk.parent::regclass USING ERRCODE = 'undefined_object';
         END IF;
-        -- an orphan when none of the parents has its key
-        lookups := lookups || format('NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND ',
+        -- Row security on the parent would hide parents from the child's owner: their
+        -- children would look orphaned.
+        IF EXISTS (SELECT 1 FROM pg_class pc, pg_class cc
+                    WHERE pc.oid = pk.parent AND cc.oid = o.relid AND pc.relrowsecurity
+                      AND (pc.relforcerowsecurity OR NOT pg_has_role(cc.relowner, pc.relowner, 'USAGE'))
+                      AND NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = cc.relowner
+                                                                AND (r.rolsuper OR r.rolbypassrls))) THEN
+            RAISE EXCEPTION 'table % has row level security: the orphan check of % (as its owner) would not see '
+                            'every parent row: nothing is deleted', pk.parent::regclass, tbl::regclass
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        -- an orphan when none of the parents has its key; the name must still be this
+        -- parent's when the DELETE runs (a parent dropped and recreated during a pass is
+        -- another table, and an empty one)
+        lookups := lookups || format('pg_catalog.to_regclass(%L) OPERATOR(pg_catalog.=) CAST(%s AS pg_catalog.oid) AND '
+                                     'NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND ',
+            (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.oid = pk.parent), pk.parent,
             (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
             (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
     END LOOP;
+    -- A key with a NULL column refers to no parent (as a foreign key, MATCH SIMPLE): never an orphan.
+    lookups := lookups || (SELECT string_agg(format('%I IS NOT NULL AND ', ttl._attname(o.relid, a)), '')
+                             FROM unnest(o.key_attnums) AS a);
     -- Old enough, without an age column: written by a transaction that had ended by
     -- a sample of the xid clock at least min_age before the cutoff (its xmin precedes
     -- the sample's xid; an update counts as a write). age() compares the 32-bit xmin

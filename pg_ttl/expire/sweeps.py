@@ -362,6 +362,11 @@ def _step(ctx: UnitContext, how: RangeDelete, range_no: int, lo: int, hi: int) -
 
     def delete(statement: str, reraise_lock: bool) -> tuple[int, int]:
         with ctx.conn.transaction():
+            if how.work == "orphans":
+                # A child updated meanwhile (moved to a parent committed after this snapshot)
+                # fails the DELETE (40001, redone with a new snapshot) instead of being
+                # re-checked against parents as they were before that update (READ COMMITTED).
+                ctx.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             deleted = execute(ctx, statement, reraise_lock=reraise_lock, raw_params=bounds).rowcount
             examined = EXAMINED.format(unit=sql.Literal(ctx.unit.relid), deleted=sql.Literal(deleted)) \
                 if how.count_examined else sql.Literal(deleted)

@@ -1,0 +1,149 @@
+"""Orphan collection against what a real schema holds: varchar and multi-column keys with
+NULLs, a case-insensitive unique index, row security on the parent, a child moved to a new
+parent while the DELETE waits on it, a parent dropped and recreated during a pass."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from pg_ttl.expire import expire
+from pg_ttl.expire.context import NullProgress
+from tests.helpers import wait_for_engine_lock_wait
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def conn(db: Conn) -> Conn:
+    db.commit()
+    db.autocommit = True
+    return db
+
+
+def test_varchar_keys_are_accepted_and_their_orphans_deleted(conn: Conn, dsn: str) -> None:
+    """A varchar key in child and parent: the lookup uses the index's operator (text = text, its
+    opclass's), so the orphans go; no run fails for want of a varchar operator."""
+    conn.execute("CREATE TABLE p (k varchar(40) PRIMARY KEY)")
+    conn.execute("CREATE TABLE c (k varchar(40), at timestamptz)")
+    conn.execute("INSERT INTO p VALUES ('a')")
+    conn.execute("INSERT INTO c VALUES ('a', now() - interval '1 day'), ('gone', now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', age_column => 'at')")
+    [res] = expire(dsn, ["c"])
+    assert res.status == "ok", res
+    assert conn.execute("SELECT k FROM c").fetchall() == [("a",)]
+
+
+def test_a_case_insensitive_unique_index_on_the_parent_is_used_as_it_compares(conn: Conn, dsn: str) -> None:
+    """The parent's unique index compares its key case-insensitively (COLLATE a nondeterministic
+    collation on a column of the default one): the lookup compares as that index does, so
+    it uses the index (never a scan of the parent per child) and the child 'abc' of the
+    parent 'ABC' stays."""
+    conn.execute("CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+    conn.execute("CREATE TABLE p (k text)")
+    conn.execute("CREATE UNIQUE INDEX p_k ON p (k COLLATE ci)")
+    conn.execute("CREATE TABLE c (k text, at timestamptz)")
+    conn.execute("INSERT INTO p VALUES ('ABC')")
+    conn.execute("INSERT INTO c VALUES ('abc', now() - interval '1 day'), ('gone', now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', age_column => 'at')")
+    cond = conn.execute("SELECT ttl.orphans_sql('c'::regclass, now())").fetchone()[0]
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN SELECT 1 FROM c WHERE " + cond).fetchall())
+    expire(dsn, ["c"])
+    assert conn.execute("SELECT k FROM c").fetchall() == [("abc",)]
+    assert "Seq Scan on p" not in plan, plan
+
+
+def test_row_security_on_the_parent_hides_no_parent(conn: Conn, dsn: str) -> None:
+    """The parent has row security that shows a session its tenant's rows only, and the
+    child's owner may read it: a lookup as the child's owner would see no parent and take
+    every child, so the policy's runs refuse (nothing deleted) with the reason."""
+    conn.execute("CREATE ROLE app_owner")
+    conn.execute("GRANT USAGE, CREATE ON SCHEMA public TO app_owner")
+    conn.execute("CREATE TABLE p (k text PRIMARY KEY, tenant text)")
+    conn.execute("ALTER TABLE p ENABLE ROW LEVEL SECURITY")
+    conn.execute("CREATE POLICY mine ON p USING (tenant = current_setting('app.tenant', true))")
+    conn.execute("GRANT SELECT ON p TO app_owner")
+    conn.execute("CREATE TABLE c (k text, at timestamptz)")
+    conn.execute("ALTER TABLE c OWNER TO app_owner")
+    conn.execute("INSERT INTO p VALUES ('a', 't1'), ('b', 't2')")
+    conn.execute("INSERT INTO c VALUES ('a', now() - interval '1 day'), ('b', now() - interval '1 day'),"
+                 " ('gone', now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', age_column => 'at')")
+    expire(dsn, ["c"])
+    left = {r[0] for r in conn.execute("SELECT k FROM c").fetchall()}
+    assert {"a", "b"} <= left, left
+
+
+def test_a_multi_column_key_with_a_null_is_no_orphan(conn: Conn, dsn: str) -> None:
+    """A child whose key has a NULL column refers to no parent (as a foreign key, MATCH
+    SIMPLE): it is never an orphan (NULL = NULL is never true)."""
+    conn.execute("CREATE TABLE p (a int, b int, UNIQUE (a, b))")
+    conn.execute("CREATE TABLE c (a int, b int, at timestamptz)")
+    conn.execute("INSERT INTO p VALUES (1, NULL), (2, 2)")
+    conn.execute("INSERT INTO c VALUES (1, NULL, now() - interval '1 day'), (2, 2, now() - interval '1 day'),"
+                 " (3, 3, now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{a, b}', 'p', age_column => 'at')")
+    expire(dsn, ["c"])
+    assert sorted(conn.execute("SELECT a, b FROM c").fetchall()) == [(1, None), (2, 2)]
+
+
+def test_a_child_moved_to_a_new_parent_while_the_delete_waits_on_it(conn: Conn, dsn: str, connect: Any) -> None:
+    """An application moves an old child to a parent it creates in the same transaction while
+    the pass's DELETE waits on that child's row: the child stays (its parent was committed
+    before it could be deleted; a READ COMMITTED re-check would judge it with the old snapshot)."""
+    conn.execute("UPDATE ttl.settings SET value = '30s' WHERE name = 'row_lock_timeout'")
+    conn.execute("CREATE TABLE p (k text PRIMARY KEY)")
+    conn.execute("CREATE TABLE c (k text, at timestamptz)")
+    conn.execute("INSERT INTO c VALUES ('old', now() - interval '1 day')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', age_column => 'at')")
+    app = connect(autocommit=False)
+    app.execute("INSERT INTO p VALUES ('new')")
+    app.execute("UPDATE c SET k = 'new' WHERE k = 'old'")
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(expire(dsn, ["c"])))
+    t.start()
+    try:
+        wait_for_engine_lock_wait(conn, "DELETE")
+    finally:
+        app.commit()
+        t.join(60)
+    assert conn.execute("SELECT k FROM c").fetchall() == [("new",)]
+
+
+class _Once(NullProgress):
+    """Runs ``action`` after the pass's first committed DELETE (between two of its statements)."""
+
+    def __init__(self, action: Any) -> None:
+        self.action, self.done = action, False
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        if not self.done:
+            self.done = True
+            self.action()
+
+
+def test_a_parent_dropped_and_recreated_during_a_pass_takes_no_child(conn: Conn, dsn: str, connect: Any) -> None:
+    """A parent dropped and recreated (empty) while a pass sweeps the child: the pass takes
+    none of the old parent's children (its condition checks the parent is still the same
+    table, not a new one of the same name)."""
+    conn.execute("CREATE TABLE p (k text PRIMARY KEY)")
+    conn.execute("CREATE TABLE c (k text, at timestamptz, pad text)")
+    conn.execute("INSERT INTO p SELECT 'k' || g FROM generate_series(1, 3000) g")
+    conn.execute("INSERT INTO c SELECT 'k' || g, now() - interval '1 day', repeat('x', 50)"
+                 " FROM generate_series(1, 3000) g")
+    conn.execute("INSERT INTO c VALUES ('gone', now() - interval '1 day', 'x')")
+    conn.execute("VACUUM ANALYZE c")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', age_column => 'at', range_bytes => 8192,"
+                 " delete_batch_size => 1)")
+    other = connect()
+
+    def recreate() -> None:
+        other.execute("DROP TABLE p")
+        other.execute("CREATE TABLE p (k text PRIMARY KEY)")
+
+    expire(dsn, ["c"], progress=_Once(recreate))
+    assert conn.execute("SELECT count(*) FROM ttl.orphan_policy").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM c WHERE k LIKE 'k%'").fetchone() == (3000,)
