@@ -427,8 +427,9 @@ BEGIN
             (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
     END LOOP;
     -- A key with a NULL column refers to no parent (as a foreign key, MATCH SIMPLE): never an orphan.
-    lookups := lookups || (SELECT string_agg(format('%I IS NOT NULL AND ', ttl._attname(o.relid, a)), '')
-                             FROM unnest(o.key_attnums) AS a);
+    lookups := lookups || (SELECT coalesce(string_agg(format('%I IS NOT NULL AND ', ttl._attname(o.relid, a)), ''), '')
+                             FROM unnest(o.key_attnums) AS a
+                            WHERE NOT (SELECT x.attnotnull FROM pg_attribute x WHERE x.attrelid = o.relid AND x.attnum = a));
     -- Old enough, without an age column: written by a transaction that had ended by
     -- a sample of the xid clock at least min_age before the cutoff (its xmin precedes
     -- the sample's xid; an update counts as a write). age() compares the 32-bit xmin
