@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,8 +17,10 @@ from typing import Any
 
 import psycopg
 
+from pg_ttl.expire import expire
 from pg_ttl.expire.context import NullProgress
 from pg_ttl.localserver import LocalServer
+from tests.worker_proc import wait_until
 
 ENGINE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl engine'"
 
@@ -130,3 +133,41 @@ class Together(NullProgress):
         if self.first:
             self.first = False
             self.barrier.wait()
+
+
+def call_killed_after(db: psycopg.Connection[Any], caller: psycopg.Connection[Any], statement: str,
+                      deleted: int) -> None:
+    """``statement`` (a CALL) run by ``caller`` in a thread, its session terminated once the
+    run's units have deleted ``deleted`` rows (between two of its transactions, as a restart
+    or pg_terminate_backend does)."""
+    pid = caller.info.backend_pid
+    done = threading.Event()
+
+    def call() -> None:
+        with contextlib.suppress(psycopg.OperationalError):
+            caller.execute(statement)  # type: ignore[arg-type]  # the tests' own constants
+        done.set()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until(lambda: (db.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone()
+                        or [0])[0] >= deleted, timeout=20)
+    db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    db.commit()
+    assert done.wait(10)
+    thread.join()
+
+
+def checkpointed_table(db: psycopg.Connection[Any], dsn: str) -> None:
+    """Table t of 20,000 expired rows, swept in block ranges, whose first run stopped after
+    two transactions: a checkpoint for the next run to take over (lock_timeout 200ms)."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
+    db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 20000) g")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', delete_batch_size => 500)")
+    db.execute("UPDATE ttl.settings SET value = 'ctid' WHERE name = 'row_strategy'")
+    db.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
+    db.execute("ANALYZE t")
+    db.commit()
+    stop = threading.Event()
+    [first] = expire(dsn, ["t"], stop=stop, progress=StopAfter(stop, 2))
+    assert first.status == "partial"

@@ -5,7 +5,6 @@ a TTL column the policy no longer has; and pg-ttl run's key windows over a desce
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Any
 
@@ -13,6 +12,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
+from tests.helpers import call_killed_after
 from tests.worker_proc import wait_until
 
 
@@ -36,22 +36,7 @@ def _call_killed_mid_unit(db: psycopg.Connection[Any], connect: Any, datestyle: 
     (as a restart or pg_terminate_backend does); returns the checkpoint it left."""
     caller = connect()
     caller.execute("SELECT set_config('DateStyle', %s, false)", (datestyle,))
-    pid = caller.info.backend_pid
-    done = threading.Event()
-
-    def call() -> None:
-        with contextlib.suppress(psycopg.OperationalError):
-            caller.execute("CALL ttl.run('w')")
-        done.set()
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    wait_until(lambda: (db.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone()
-                        or [0])[0] >= 200, timeout=20)
-    db.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    db.commit()
-    assert done.wait(10)
-    thread.join()
+    call_killed_after(db, caller, "CALL ttl.run('w')", 200)
     [(cp,)] = db.execute("SELECT checkpoint FROM ttl.run_unit").fetchall()
     db.execute("SELECT ttl.set_options('w', '{\"delete_rate_limit\": \"0\"}')")
     db.commit()

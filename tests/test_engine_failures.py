@@ -9,7 +9,6 @@ least-privilege worker role docs/worker.md documents (NOINHERIT, a member of eac
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from pg_ttl.expire import Engine, expire
 from pg_ttl.expire.context import NullProgress, UnitResult
-from tests.helpers import StopAfter, ttl_table
+from tests.helpers import checkpointed_table, ttl_table
 
 OWNERS = ("failures_owner_a", "failures_owner_b")
 WORKER = "failures_worker"
@@ -91,16 +90,7 @@ def test_a_unit_whose_claim_statement_fails_does_not_keep_its_claim(db: psycopg.
     another session holds), the claim, a session advisory lock the rollback does not undo, goes
     too: else every other run (other workers, pg-ttl run, CALL ttl.run()) would skip the table
     as busy for as long as this session (a worker's) lives."""
-    db.autocommit = True
-    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
-    db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 20000) g")
-    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', delete_batch_size => 500)")
-    db.execute("UPDATE ttl.settings SET value = 'ctid' WHERE name = 'row_strategy'")
-    db.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
-    db.execute("ANALYZE t")
-    stop = threading.Event()
-    [first] = expire(dsn, ["t"], stop=stop, progress=StopAfter(stop, 2))  # leaves a checkpoint
-    assert first.status == "partial"
+    checkpointed_table(db, dsn)
     holder = connect(autocommit=False)
     holder.execute("SELECT 1 FROM ttl.run_unit WHERE unit_relid = 't'::regclass FOR UPDATE")
     with Engine(dsn) as engine:

@@ -10,7 +10,6 @@ past it.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -20,10 +19,10 @@ import psycopg
 import pytest
 from helpers import StopAfter
 from psycopg.types.json import Jsonb
-from worker_proc import wait_until
 
 from pg_ttl.expire import expire, ranges
 from pg_ttl.expire.context import NullProgress
+from tests.helpers import call_killed_after
 
 
 class Sizes(NullProgress):
@@ -168,23 +167,7 @@ def test_call_run_killed_mid_unit_is_resumed_by_the_engine_at_its_window(
     """A CALL killed between two key windows leaves the checkpoint pg-ttl run resumes from
     (the same format): its first window starts at that key, and it deletes the rest."""
     _table(db, 3000, dbs=50, rate=500)  # windows of 50 rows, 500 rows/s: about 6 s in all
-    caller = connect()
-    pid = caller.info.backend_pid
-    done = threading.Event()
-
-    def call() -> None:
-        with contextlib.suppress(psycopg.OperationalError):
-            caller.execute("CALL ttl.run('w')")
-        done.set()
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    wait_until(lambda: (db.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone() or [0])[0]
-               >= 500, timeout=20)
-    db.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    db.commit()
-    assert done.wait(10)
-    thread.join()
+    call_killed_after(db, connect(), "CALL ttl.run('w')", 500)
     [(first, cp)] = db.execute("SELECT rows_deleted, checkpoint FROM ttl.run_unit").fetchall()
     assert cp["strategy"] == "index" and cp["from"] is not None and 500 <= first < 3000
     # every expired row below the key went, none from it on

@@ -19,7 +19,7 @@ import pytest
 
 from pg_ttl.expire import expire, plan
 from pg_ttl.expire.context import NullProgress, UnitResult
-from tests.helpers import StopAfter, catalog_state
+from tests.helpers import StopAfter, catalog_state, checkpointed_table
 
 C = datetime(2026, 3, 31, 0, 0, tzinfo=UTC)
 
@@ -299,15 +299,7 @@ def test_a_run_that_cannot_start_a_unit_keeps_its_resume_point(db: psycopg.Conne
                                                                 connect: Any) -> None:
     """CALL ttl.run() takes over the engine's checkpoint but meets a lock on the table:
     its unit ends 'timeout' still holding that checkpoint, and the next run resumes there."""
-    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz)")
-    db.execute("INSERT INTO t SELECT g, '2020-01-01' FROM generate_series(1, 20000) g")
-    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v', delete_batch_size => 500)")
-    db.execute("UPDATE ttl.settings SET value = 'ctid' WHERE name = 'row_strategy'")
-    db.execute("UPDATE ttl.settings SET value = '200ms' WHERE name = 'lock_timeout'")
-    db.execute("ANALYZE t")
-    db.commit()
-    stop = threading.Event()
-    expire(dsn, ["t"], stop=stop, progress=StopAfter(stop, 2))
+    checkpointed_table(db, dsn)
     checkpoint = _last_unit(db)[1]
     assert checkpoint is not None
     db.commit()
