@@ -374,11 +374,11 @@ BEGIN
         -- (every name in the body is qualified too).
         EXECUTE format(
             'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
-            ' SET search_path = pg_catalog, %I, pg_temp AS %L',
+            ' SET search_path = pg_catalog, %I, pg_temp SET TimeZone = ''UTC'' AS %L',
             fn, nsp, ttl._queue_trigger_body(tbl));
         EXECUTE format(
             'CREATE OR REPLACE FUNCTION ttl.%I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
-            ' SET search_path = pg_catalog, %I, pg_temp SET plan_cache_mode = force_generic_plan AS %L',
+            ' SET search_path = pg_catalog, %I, pg_temp SET TimeZone = ''UTC'' SET plan_cache_mode = force_generic_plan AS %L',
             move_fn, nsp, ttl._queue_move_body(tbl));
         FOREACH f IN ARRAY ARRAY[fn, move_fn] LOOP
             EXECUTE format('ALTER FUNCTION ttl.%I() OWNER TO %I', f, owner);
@@ -633,6 +633,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION ttl.queue_backfill(tbl regclass, batch integer DEFAULT 10000) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
 AS $fn$
 DECLARE
     s record;
@@ -836,6 +837,7 @@ CREATE OR REPLACE FUNCTION ttl.queue_verify(tbl regclass, repair boolean DEFAULT
                                             OUT missing bigint, OUT late bigint, OUT extra bigint, OUT repaired boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
 AS $fn$
 DECLARE
     s record;
