@@ -419,10 +419,13 @@ BEGIN
         -- an orphan when none of the parents has its key; the name must still be this
         -- parent's when the DELETE runs (a parent dropped and recreated during a pass is
         -- another table, and an empty one)
+        -- Row security enabled on it during a pass (refused above only when a run starts):
+        -- checked again by every DELETE, as the DELETE's lookup sees the parent.
         lookups := lookups || format('pg_catalog.to_regclass(%L) OPERATOR(pg_catalog.=) CAST(%s AS pg_catalog.oid) AND '
+                                     'NOT pg_catalog.row_security_active(CAST(%s AS pg_catalog.oid)) AND '
                                      'NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND ',
             (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE c.oid = pk.parent), pk.parent,
+              WHERE c.oid = pk.parent), pk.parent, pk.parent,
             (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
             (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
     END LOOP;

@@ -129,6 +129,17 @@ def delete_orphans(ctx: UnitContext) -> str:
     return sweeps.run(ctx, range_delete(ctx), int(row[2]))
 
 
+# The policy's parents, to lock before each DELETE's snapshot (LOCK TABLE takes none).
+LOCK_PARENTS = """
+SELECT 'LOCK TABLE ' || string_agg(pg_catalog.format('%%I.%%I', n.nspname, c.relname), ', ' ORDER BY u.n)
+       || ' IN ACCESS SHARE MODE'
+  FROM ttl.orphan_policy o, unnest(o.parent_relids) WITH ORDINALITY AS u(parent, n)
+  JOIN pg_catalog.pg_class c ON c.oid = u.parent
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE o.relid = %(policy)s
+"""
+
+
 def range_delete(ctx: UnitContext) -> sweeps.RangeDelete:
     """The orphans of a block range ($1, $2), deleted; the SKIP LOCKED form leaves rows an
     application holds locked for the next pass."""
@@ -138,8 +149,9 @@ def range_delete(ctx: UnitContext) -> sweeps.RangeDelete:
     plain = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {cond}").format(t=t, where=where, cond=cond)
     skip = sql.SQL("DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {cond}"
                    " FOR UPDATE SKIP LOCKED)) AND {cond}").format(t=t, where=where, cond=cond)
+    row = ctx.conn.execute(LOCK_PARENTS, {"policy": ctx.policy.relid}).fetchone()
     return sweeps.RangeDelete("orphans", plain.as_string(ctx.conn), skip.as_string(ctx.conn),
-                              ctx.policy.delete_batch_size, True)
+                              ctx.policy.delete_batch_size, True, prelude=row[0] if row else None)
 
 
 # -- read side: estimates per range (pg-ttl plan), a sweep's state (pg-ttl orphans status) --
