@@ -219,3 +219,28 @@ def test_a_rate_limited_sweep_keeps_each_transaction_to_delete_batch_size(conn: 
     assert res.status == "ok" and res.rows_deleted == expired and _strategies(conn)[-1][1] == "ranges"
     assert sum(batches) == expired and len(batches) >= expired // 250
     assert max(batches) <= 250, batches  # about 200 (the density estimate is off by a block at most)
+
+
+def test_a_run_stopped_before_the_range_it_claimed_gives_it_back(conn: Conn, dsn: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run claims a range as it begins a sweep; stopped before it reaches it, it gives
+    the range back (its row no longer 'running', its claim released) instead of keeping
+    it for as long as its session lives (a worker's, or a reused Engine's)."""
+    from pg_ttl.expire import Engine, sweeps
+
+    _fill(conn, 3000)
+    stop = threading.Event()
+    join = sweeps._join_sweep
+
+    def join_then_stop(*args: Any, **kwargs: Any) -> Any:
+        sweep = join(*args, **kwargs)
+        stop.set()  # as a SIGTERM arriving just then
+        return sweep
+
+    monkeypatch.setattr(sweeps, "_join_sweep", join_then_stop)
+    with Engine(dsn) as engine:
+        [res] = engine.expire(["events"], stop=stop)
+        held = engine.conn.execute("SELECT count(*) FROM pg_catalog.pg_locks WHERE pid = pg_backend_pid()"
+                                   " AND locktype = 'advisory'").fetchone()
+    assert res.status == "partial" and held == (0,)
+    assert conn.execute("SELECT status FROM ttl.block_range WHERE work = 'delete'").fetchall() == [("partial",)]

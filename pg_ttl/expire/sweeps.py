@@ -187,6 +187,14 @@ def run(ctx: UnitContext, how: RangeDelete, range_blocks: int) -> str:
     finally:
         if not conn.broken and jit is not None:
             conn.execute("SELECT pg_catalog.set_config('jit', %s, false)", (jit[0],))
+        if sweep.claimed is not None and not conn.broken:
+            # stopped before reaching the range it claimed as it began the sweep: the range
+            # goes back (else the session, a worker's or a reused Engine's, would keep it)
+            conn.execute(END_RANGE, {"status": "partial", "error": None, "run": ctx.run_id,
+                                     "unit": ctx.unit.relid, "range": sweep.claimed})
+            conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s, %s)",
+                         (_unit_key(ctx.unit.relid), _range_key(how.work, sweep.claimed)))
+            sweep.claimed = None
     if failures:
         raise failures[0]
     return "partial" if stuck else "ok"
