@@ -88,8 +88,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     -- 'interrupted' (the worker is stopping mid-run) leaves the round open, to be resumed.
+    -- So does the end of one participant while others are still at the round: it is
+    -- finished by the last one out; if they die, the round is resumed.
     UPDATE ttl.worker_schedule
-       SET finished_at = CASE WHEN p_status = 'interrupted' THEN NULL ELSE pg_catalog.clock_timestamp() END,
+       SET finished_at = CASE WHEN p_status = 'interrupted' OR ttl.worker_running(p_relid) > 0 THEN NULL
+                              ELSE pg_catalog.clock_timestamp() END,
            last_status = p_status
      WHERE relid = p_relid AND due_at = p_due;
     PERFORM pg_catalog.pg_advisory_unlock_shared(ttl.worker_lock_key(p_relid));

@@ -142,12 +142,13 @@ def decode(data: bytes) -> tuple[list[str], list[tuple[Any, ...]]]:
     return names, list(zip(*columns, strict=True)) if columns else []
 
 
-def to_csv(data: bytes) -> tuple[list[str], bytes, int] | None:
+def to_csv(data: bytes, drop: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], bytes, int] | None:
     """An object's rows as CSV that PostgreSQL's COPY reads back exactly (every value quoted,
     a NULL unquoted and empty; ISO times, shortest exact floats): its column names, the CSV,
     its rows. None for an object with a binary column (Arrow writes no CSV of bytes)."""
     pa = _pyarrow()
     table = pa.parquet.read_table(io.BytesIO(data))
+    table = table.drop_columns([n for n in table.column_names if n in drop])
     if any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in table.schema):
         return None
     out = io.BytesIO()

@@ -29,9 +29,9 @@ SELECT a.object_key, a.storage, s.url, a.sha256, a.rows, a.min_time, a.max_time
  ORDER BY a.object_id
 """
 COLUMNS = """
-SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attgenerated <> ''
   FROM pg_catalog.pg_attribute a
- WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
 """
 
 
@@ -48,7 +48,11 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
     if row is None or row[0] is None:
         raise StorageError(f'table "{table}" does not exist')
     relid = int(row[0])
-    types = {str(n): str(t) for n, t in conn.execute(COLUMNS, (relid,))}
+    found = conn.execute(COLUMNS, (relid,)).fetchall()
+    types = {str(n): str(t) for n, t, g in found if not g}
+    generated = {str(n) for n, _, g in found if g}  # archived as they were, computed again here
+    # the text forms intervals are archived in (engine.connect)
+    conn.execute("SELECT pg_catalog.set_config('IntervalStyle', 'postgres', false)")
     done = Restored()
     objects = conn.execute(OBJECTS, {"relid": relid, "since": since, "until": until, "storage": storage}).fetchall()
     schema, relname = _split(conn, relid)
@@ -71,7 +75,7 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
             data = target.get(str(key))
             if parquet.sha256(data) != sha:
                 raise StorageError(f"object {key} of storage \"{storage_name}\" does not match its manifest (SHA-256)")
-            as_csv = parquet.to_csv(data)
+            as_csv = parquet.to_csv(data, drop=generated)
             if as_csv is not None:  # COPY, not a statement per row
                 names, text, n = as_csv
                 if n != count:
@@ -84,9 +88,11 @@ def restore(conn: psycopg.Connection[Any], table: str, since: datetime | None = 
             names, rows = parquet.decode(data)
             if len(rows) != count:
                 raise StorageError(f"object {key} holds {len(rows)} rows, its manifest says {count}")
+            keep = [i for i, n in enumerate(names) if n not in generated]
+            names, rows = [names[i] for i in keep], [tuple(r[i] for i in keep) for r in rows]
         _check_columns(key, names, types)
         # $n placeholders (a raw cursor): a '%' in a name is not a placeholder
-        stmt = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
+        stmt = sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE VALUES ({}) ON CONFLICT DO NOTHING").format(
             sql.Identifier(schema, relname), sql.SQL(", ").join(sql.Identifier(n) for n in names),
             sql.SQL(", ").join(sql.SQL("CAST(${} AS {})").format(sql.SQL(str(i + 1)), sql.SQL(types[n]))
                                for i, n in enumerate(names)))
@@ -117,7 +123,8 @@ def _copy_in(conn: psycopg.Connection[Any], schema: str, relname: str, names: li
         with conn.cursor() as cur, cur.copy(sql.SQL("COPY pg_ttl_restore ({}) FROM STDIN (FORMAT csv)").format(
                 cols)) as copy:
             copy.write(text)
-        inserted = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM pg_ttl_restore ON CONFLICT DO NOTHING")
+        inserted = conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM pg_ttl_restore"
+                                        " ON CONFLICT DO NOTHING")
                                 .format(table, cols, cols)).rowcount
         conn.execute("DROP TABLE pg_ttl_restore")
         return inserted

@@ -54,6 +54,7 @@ def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
             "pg_catalog.set_config('DateStyle', 'ISO, YMD', false), "
             "pg_catalog.set_config('bytea_output', 'hex', false), "
             "pg_catalog.set_config('extra_float_digits', '1', false), "
+            "pg_catalog.set_config('IntervalStyle', 'postgres', false), "
             "pg_catalog.set_config('statement_timeout', %s, false), "
             "pg_catalog.set_config('lock_timeout', %s, false)",
             (settings.statement_timeout, settings.lock_timeout))

@@ -181,7 +181,9 @@ class Rounds:
                          shared=bool(p["shared"]), running_elsewhere=bool(p["running"]),
                          interrupted=bool(p["interrupted"]), manual_run_at=_parse_ts(p["manual_run_at"]),
                          refused=self._refusal(p), last_due=_parse_ts(p["due"])) for p in policies]
+        before = {e.table for e in self.scheduler.entries.values()}
         added, removed = self.scheduler.sync(entries)
+        gone = before - {e.table for e in self.scheduler.entries.values()}  # removed or renamed
         self._report_refusals()
         for e in added:
             if e.error:
@@ -191,7 +193,8 @@ class Rounds:
                          next_run=self.scheduler.next_run(e, shared.clock.now()))
         for e in removed:
             loop.log(logging.INFO, "policy removed", table=e.table)
-            shared.metrics.forget_table(loop.db.name, e.table)
+        for table in gone:
+            shared.metrics.forget_table(loop.db.name, table)
         if removed and not loop.standby:
             conn.execute(PRUNE_SCHEDULE)
         now = shared.clock.now()

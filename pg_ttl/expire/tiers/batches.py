@@ -191,6 +191,9 @@ class _Sweep:
         self.ctx, self.leaf, self.columns, self.pred, self.tier = ctx, leaf, columns, pred, tier
         self.storage, self.count_left = storage, count_left
         self.first_left: int | None = None
+        # the leaf's file when its sweep began: a rewrite (VACUUM FULL, CLUSTER) moves rows to
+        # other ctids with their xmin, so (ctid range, xmin) no longer names the rows read
+        self.filenode: int | None = None
         # a leaf of a partition exported whole that had to stay: the checkpoint says which leaf
         self.where_leaf = {} if leaf.relid == ctx.unit.relid else {"leaf": leaf.relid}
 
@@ -254,6 +257,8 @@ def _sweep_objects(sweep: _Sweep, ranges: list[tuple[int, int]], returning: sql.
     read = sql.SQL(", ").join([*column_values(sweep.columns), *([] if time_column else [sql.SQL(row[0])]),
                                sql.SQL("xmin")])
     parquet.load()  # outside the batches' transactions
+    found = conn.execute("SELECT pg_catalog.pg_relation_filenode(%s)", (sweep.leaf.relid,)).fetchone()
+    sweep.filenode = int(found[0]) if found and found[0] is not None else None
     reader = _second_session(ctx)
     reading = threading.Lock()  # one COPY at a time on the reader's session
 
@@ -372,6 +377,10 @@ def _commit_range(sweep: _Sweep, written: _Written, returning: sql.Composable) -
                 deleted = conn.execute(sql.SQL(
                     "DELETE FROM ONLY {} WHERE xmin = ANY(CAST({} AS pg_catalog.xid[])) AND {}").format(
                     sweep.leaf.ident, sql.Literal(written.xmins), sweep.where(written.lo, written.hi))).rowcount
+                # under the DELETE's lock no rewrite can happen before the commit
+                now = conn.execute("SELECT pg_catalog.pg_relation_filenode(%s)", (sweep.leaf.relid,)).fetchone()
+                if now is None or now[0] is None or int(now[0]) != sweep.filenode:
+                    raise _Changed("the table was rewritten (VACUUM FULL, CLUSTER) since its rows were read")
                 if deleted != written.rows:
                     raise _Changed(f"{written.rows - deleted} of {written.rows} rows changed since they were read")
                 conn.cursor().executemany(MANIFEST, written.listed)
@@ -380,7 +389,10 @@ def _commit_range(sweep: _Sweep, written: _Written, returning: sql.Composable) -
     except (_Changed, psycopg.errors.LockNotAvailable, psycopg.errors.SerializationFailure) as exc:
         held = isinstance(exc, psycopg.errors.LockNotAvailable)
     except BaseException:
-        remove_objects(sweep.storage, [str(m["key"]) for m in written.listed])
+        # a connection lost may have lost the answer to a COMMIT the server did: the objects
+        # may be listed; the next run removes them if they are not (remove_unlisted)
+        if not conn.broken:
+            remove_objects(sweep.storage, [str(m["key"]) for m in written.listed])
         raise
     else:
         sweep.counted(written.rows, sum(int(m["bytes"]) for m in written.listed), len(written.listed))
