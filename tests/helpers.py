@@ -171,3 +171,15 @@ def checkpointed_table(db: psycopg.Connection[Any], dsn: str) -> None:
     stop = threading.Event()
     [first] = expire(dsn, ["t"], stop=stop, progress=StopAfter(stop, 2))
     assert first.status == "partial"
+
+
+class AfterFirstBatch(NullProgress):
+    """Runs ``action`` after the pass's first committed DELETE (between two of its statements)."""
+
+    def __init__(self, action: Any) -> None:
+        self.action, self.done = action, False
+
+    def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+        if not self.done:
+            self.done = True
+            self.action()

@@ -26,6 +26,21 @@ def _tier(db: psycopg.Connection[Any], storage: Path, table: str = "events") -> 
     db.commit()
 
 
+def _archived_and_restored(db: psycopg.Connection[Any], dsn: str, tmp_path: Path, rows: int) -> None:
+    """events' ``rows`` rows archived to a directory tier and deleted by a pass, then restored:
+    the same rows as before, every column."""
+    _tier(db, tmp_path)
+    before = db.execute("SELECT * FROM events ORDER BY id").fetchall()
+    db.commit()
+    expire(dsn, ["events"])
+    assert db.execute("SELECT count(*) FROM events").fetchone() == (0,)
+    db.commit()
+    done = restore(db, "events")
+    db.commit()
+    assert done.rows_inserted == rows
+    assert db.execute("SELECT * FROM events ORDER BY id").fetchall() == before
+
+
 def test_rows_of_a_table_with_a_generated_column_can_be_restored(db: psycopg.Connection[Any], dsn: str,
                                                                   tmp_path: Path) -> None:
     """The archive writes every column, the stored generated ones too (objects.COLUMNS keeps
@@ -36,16 +51,7 @@ def test_rows_of_a_table_with_a_generated_column_can_be_restored(db: psycopg.Con
                " doubled numeric GENERATED ALWAYS AS (amount * 2) STORED)")
     db.execute("INSERT INTO events (id, created_at, amount) SELECT g, now() - interval '40 days', g"
                " FROM generate_series(1, 10) g")
-    _tier(db, tmp_path)
-    before = db.execute("SELECT * FROM events ORDER BY id").fetchall()
-    db.commit()
-    expire(dsn, ["events"])
-    assert db.execute("SELECT count(*) FROM events").fetchone() == (0,)
-    db.commit()
-    done = restore(db, "events")
-    db.commit()
-    assert done.rows_inserted == 10
-    assert db.execute("SELECT * FROM events ORDER BY id").fetchall() == before
+    _archived_and_restored(db, dsn, tmp_path, 10)
 
 
 def test_rows_of_a_table_with_an_identity_always_key_can_be_restored(db: psycopg.Connection[Any], dsn: str,
@@ -58,16 +64,7 @@ def test_rows_of_a_table_with_an_identity_always_key_can_be_restored(db: psycopg
                " created_at timestamptz NOT NULL, note text)")
     db.execute("INSERT INTO events (created_at, note) SELECT now() - interval '40 days', 'n' || g"
                " FROM generate_series(1, 10) g")
-    _tier(db, tmp_path)
-    before = db.execute("SELECT * FROM events ORDER BY id").fetchall()
-    db.commit()
-    expire(dsn, ["events"])
-    assert db.execute("SELECT count(*) FROM events").fetchone() == (0,)
-    db.commit()
-    done = restore(db, "events")
-    db.commit()
-    assert done.rows_inserted == 10
-    assert db.execute("SELECT * FROM events ORDER BY id").fetchall() == before
+    _archived_and_restored(db, dsn, tmp_path, 10)
 
 
 def test_an_interval_comes_back_as_it_was_whatever_the_sessions_intervalstyle(db: psycopg.Connection[Any], dsn: str,
