@@ -1,7 +1,8 @@
 """Orphan collection against what a real schema holds and what happens to it during a pass:
 varchar and multi-column keys with NULLs, a case-insensitive unique index, row security on
 the parent (from the start or enabled mid-pass), a child moved to a new parent while the
-DELETE waits on it, a parent dropped and recreated, or reloaded (TRUNCATE and INSERT)."""
+DELETE waits on it, a parent dropped and recreated, or reloaded (TRUNCATE and INSERT); and
+children following their parents in the same round when another worker swept them first."""
 
 from __future__ import annotations
 
@@ -208,3 +209,31 @@ def test_row_security_enabled_on_the_parent_during_a_pass_takes_no_child(conn: C
     expire(dsn, ["c"], progress=AfterFirstBatch(secure))
     assert conn.execute("SELECT count(*) FROM c WHERE k LIKE 'k%'").fetchone() == (3000,), \
         "children of parents that exist were deleted"
+
+
+def test_a_parents_run_is_followed_by_its_childs_orphans_after_the_childs_own_sweep(conn: Conn,
+                                                                                      dsn: str) -> None:
+    """Two workers: one starts the parent's round (cutoff T1); the other starts the child's
+    own round a moment later (T2 > T1) and finishes a sweep of the child before the parent's
+    rows are gone; then the first expires the parent's rows and runs the child's orphan
+    policy after them. That sweep began before those rows went: it does not count as this
+    round's for the run that follows them, which sweeps again and deletes the new orphan in
+    the same round (not at the child's next schedule). Replayed in that order, with the
+    cutoffs the workers would give."""
+    conn.execute("CREATE TABLE p (k text PRIMARY KEY, at timestamptz)")
+    conn.execute("CREATE TABLE c (k text, at timestamptz)")
+    conn.execute("INSERT INTO p VALUES ('old', now() - interval '60 days'), ('new', now())")
+    conn.execute("INSERT INTO c VALUES ('old', now() - interval '60 days'), ('new', now() - interval '60 days')")
+    conn.execute("SELECT ttl.enable('p', expire_after => '30 days', column_name => 'at')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', min_age => '1 hour', age_column => 'at')")
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    parent_round = row[0]  # the parent's round starts (worker 1)
+    time.sleep(0.05)
+    [own] = expire(dsn, ["c"])  # the child's own round, started after it (worker 2): nothing to delete yet
+    assert own.status == "ok" and own.orphans_deleted == 0
+    results = expire(dsn, ["p"], cutoff=parent_round)  # worker 1 expires the parent; its children follow
+    assert results[0].rows_deleted == 1
+    assert conn.execute("SELECT k FROM p").fetchall() == [("new",)]
+    assert sorted(r[0] for r in conn.execute("SELECT k FROM c")) == ["new"], \
+        "the orphan of the parent the run expired was left until the child's next schedule"

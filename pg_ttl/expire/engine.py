@@ -231,7 +231,8 @@ class Engine:
             if stop is not None and stop.is_set():
                 break
             results.append(expire_table(conn, policy, cutoff, settings, stop=stop, progress=progress,
-                                        worker=worker, kind="orphans", pace=pace))
+                                        worker=worker, kind="orphans", pace=pace,
+                                        follows_parents=wanted is not None and policy.relid not in wanted))
         return results
 
 
@@ -245,14 +246,16 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
                  *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
-                 kind: str = "rows", pace: Pace | None = None, owner_taken: bool | None = None) -> TableResult:
+                 kind: str = "rows", pace: Pace | None = None, owner_taken: bool | None = None,
+                 follows_parents: bool = False) -> TableResult:
     """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
     its orphans ('orphans', sql/80_orphans.sql), or its rows that reached a storage
     tier ('archive', sql/82_tiers.sql). Whatever goes wrong with this table
     (a bad policy, a lock, the table dropped meanwhile) is this table's result; only a
     lost connection is raised. Any other exception (a bug) closes the run as failed,
     with its text, before it goes on. ``owner_taken``: the session took the owner's role
-    already (True) or may not (False; None: take it here)."""
+    already (True) or may not (False; None: take it here). ``follows_parents``: an orphan
+    run right after its parents' run in the same pass."""
     started = time.monotonic()
     result = TableResult(policy.name, None, "ok")
     try:
@@ -273,7 +276,7 @@ def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: da
                                        finished=True)
             return TableResult(policy.name, run_id, "paused", error=reason)
         if kind == "orphans":
-            pred = orphans.orphan_predicate(conn, policy, cutoff)
+            pred = orphans.orphan_predicate(conn, policy, cutoff, follows_parents)
             result.run_id = history.start_run(conn, policy.relid, policy.name, worker, cutoff,
                                               search_path=pred.search_path)
         else:

@@ -84,12 +84,15 @@ def load_orphan_policies(conn: psycopg.Connection[Any], tables: list[int] | None
     return policies
 
 
-def orphan_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
-    """The orphan condition for a run that started at ``cutoff``, from the database."""
+def orphan_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime,
+                     follows_parents: bool = False) -> Predicate:
+    """The orphan condition for a run that started at ``cutoff``, from the database;
+    ``follows_parents``: a run right after its parents' (Predicate.follows_parents)."""
     row = conn.execute("SELECT ttl.orphans_sql(%(relid)s, %(cutoff)s), ttl._table_search_path(%(relid)s)",
                        {"relid": policy.relid, "cutoff": cutoff}).fetchone()
     assert row is not None
-    return Predicate(cutoff, sql.SQL(row[0]), None, None, None, str(row[1]), row_expiry=False)
+    return Predicate(cutoff, sql.SQL(row[0]), None, None, None, str(row[1]), row_expiry=False,
+                     follows_parents=follows_parents)
 
 
 def orphan_units(conn: psycopg.Connection[Any], policy: EnginePolicy) -> list[Unit]:

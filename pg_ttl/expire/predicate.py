@@ -122,6 +122,9 @@ class Predicate:
     # min(<expiry of the TTL column>) over a table's rows (column policies: ttl._expiry_sql),
     # read with the predicate for the lag and plans (oldest.py)
     min_expiry: sql.Composable | None = None
+    # An orphan run that follows its parents' run (their rows just went): a sweep of the
+    # child finished in this round counts only if it began after this run did.
+    follows_parents: bool = False
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""

@@ -51,9 +51,10 @@ STALE_HOLD_SECONDS = 3600.0
 LATEST_SWEEP = """
 SELECT s.sweep, s.sweep_blocks, s.range_blocks, count(*) FILTER (WHERE s.ok OR s.failures >= %(attempts)s),
        bool_or(s.ours)
+       AND (NOT %(follows)s OR min(s.started) >= (SELECT r.started_at FROM ttl.run r WHERE r.run_id = %(run)s))
   FROM (SELECT o.sweep, o.sweep_blocks, o.range_blocks, o.range_no, bool_or(o.status = 'ok') AS ok,
                count(*) FILTER (WHERE o.status IN """ + NOT_DONE + """) AS failures,
-               bool_or(r.cutoff >= %(cutoff)s) AS ours
+               bool_or(r.cutoff >= %(cutoff)s) AS ours, min(o.started_at) AS started
           FROM ttl.block_range o JOIN ttl.run r ON r.run_id = o.run_id
          WHERE o.unit_relid = %(unit)s AND o.work = %(work)s
            AND o.sweep = (SELECT max(x.sweep) FROM ttl.block_range x
@@ -244,13 +245,16 @@ def _range_key(work: str, range_no: int) -> int:
 
 def _join_sweep(ctx: UnitContext, work: str, nblocks: int, range_blocks: int) -> Sweep | None:
     """The sweep to work on: the unit's latest if unfinished, else a new one begun by
-    this run; None when a run of this round already finished the latest. Decided
-    under a transaction lock on the unit, so two runs starting together join one."""
+    this run; None when a run of this round already finished the latest (for a run
+    that follows its parents' run: one that began after it did, so saw their rows
+    gone). Decided under a transaction lock on the unit, so two runs starting
+    together join one."""
     unit = ctx.unit.relid
     with ctx.conn.transaction():
         ctx.conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s, -1)", (_unit_key(unit),))
         row = ctx.conn.execute(LATEST_SWEEP, {"unit": unit, "work": work, "cutoff": ctx.pred.cutoff,
-                                              "attempts": RANGE_ATTEMPTS}).fetchone()
+                                              "attempts": RANGE_ATTEMPTS, "follows": ctx.pred.follows_parents,
+                                              "run": ctx.run_id}).fetchone()
         if row is not None:
             latest = Sweep(int(row[0]), int(row[1]), int(row[2]))
             if int(row[3]) < latest.ranges and latest.range_blocks == range_blocks:
