@@ -143,10 +143,7 @@ BEGIN
     IF strategy = 'ctid' AND nblocks <= 8 THEN
         RETURN;
     END IF;
-    SELECT e.expired INTO expired FROM ttl.expired_sql(tbl, cutoff) e;
-    IF expired IS NULL THEN
-        RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
-    END IF;
+    SELECT u.expired INTO expired FROM ttl._unit_expiry_sql(tbl, part, cutoff) u;
     -- names in the expression resolve as the engine's statements resolve them
     PERFORM set_config('search_path', ttl._table_search_path(tbl), true);
     EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM ONLY %s WHERE %s', part, expired) INTO plan;
@@ -198,12 +195,13 @@ DECLARE
     keys text;
 BEGIN
     SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff);
-    SELECT format('%I', ttl._attname(p.relid, p.ttl_attnum)), format_type(p.ttl_atttypid, NULL)
+    SELECT ttl._attname(p.relid, p.ttl_attnum), format_type(p.ttl_atttypid, NULL)
       INTO col, typ FROM ttl.policy p WHERE p.relid = tbl;
     IF u.bound IS NULL OR col IS NULL THEN
         RAISE EXCEPTION 'table % has no TTL column bound to window its rows on', tbl
             USING ERRCODE = 'feature_not_supported';
     END IF;
+    col := format('%I', col);
     -- (the cast of the end key to text above the OFFSET, which would otherwise cast every
     -- row it skips; named apart: ORDER BY a name an output column has sorts by that column)
     window_end := format('SELECT CAST(s.window_end AS text) FROM (SELECT %1$s AS window_end FROM ONLY %2$s'

@@ -350,6 +350,7 @@ DECLARE
     pk record;
     lookups text;
     idx oid;
+    parent_name text;
     aliases text;
     conds text;
     nconds integer;
@@ -421,13 +422,12 @@ BEGIN
         -- another table, and an empty one)
         -- Row security enabled on it during a pass (refused above only when a run starts):
         -- checked again by every DELETE, as the DELETE's lookup sees the parent.
-        lookups := lookups || format('pg_catalog.to_regclass(%L) OPERATOR(pg_catalog.=) CAST(%s AS pg_catalog.oid) AND '
-                                     'NOT pg_catalog.row_security_active(CAST(%s AS pg_catalog.oid)) AND '
-                                     'NOT EXISTS (SELECT 1 FROM %I.%I AS p(%s) WHERE %s OFFSET 0) AND ',
-            (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE c.oid = pk.parent), pk.parent, pk.parent,
-            (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent),
-            (SELECT c.relname FROM pg_class c WHERE c.oid = pk.parent), aliases, conds);
+        SELECT format('%I.%I', n.nspname, c.relname) INTO parent_name
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent;
+        lookups := lookups || format('pg_catalog.to_regclass(%1$L) OPERATOR(pg_catalog.=) CAST(%2$s AS pg_catalog.oid) AND '
+                                     'NOT pg_catalog.row_security_active(CAST(%2$s AS pg_catalog.oid)) AND '
+                                     'NOT EXISTS (SELECT 1 FROM %1$s AS p(%3$s) WHERE %4$s OFFSET 0) AND ',
+            parent_name, pk.parent, aliases, conds);
     END LOOP;
     -- A key with a NULL column refers to no parent (as a foreign key, MATCH SIMPLE): never an orphan.
     lookups := lookups || (SELECT coalesce(string_agg(format('%I IS NOT NULL AND ', ttl._attname(o.relid, a)), ''), '')

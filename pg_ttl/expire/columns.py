@@ -191,9 +191,7 @@ def _null_table(conn: psycopg.Connection[Any], relid: int, name: str, search_pat
         # The database judges the run from its units (ttl._finish_run).
         recorded = history.finish_run(conn, run_id, None)
         if recorded is None:  # the table changed owner during the run: its history is the new owner's
-            owner.restore(conn, local=False, search_path=owner.SEARCH_PATH)
-            history.close_run_after_owner_change(conn, run_id)
-            recorded, result.error = "failed", history.CHANGED_OWNER
+            recorded, result.error = history.close_run_after_owner_change(conn, run_id)
         result.status = recorded
         if result.status == "failed" and result.error is None:
             result.error = result.first_failure()

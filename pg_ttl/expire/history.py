@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pg_ttl.expire import owner
+
 # The run's row (ttl._start_run) and, with a search_path, the session's set to it.
 START_RUN = """
 SELECT ttl._start_run(%s, %s, %s, %s, %s, %s, %s),
@@ -124,12 +126,15 @@ SELECT ttl._finish_unit(u.run_id, u.unit_relid, 'failed', %(error)s)
 CHANGED_OWNER = "the table's owner changed during the run; the next run works as the new owner"
 
 
-def close_run_after_owner_change(conn: psycopg.Connection[Any], run_id: int, error: str = CHANGED_OWNER) -> None:
+def close_run_after_owner_change(conn: psycopg.Connection[Any], run_id: int) -> tuple[str, str]:
     """A run whose end the owner's role could not record (the table changed owner during the
-    run: its history rows are the new owner's), closed as failed by the session's own role,
-    with its units left running (their claims went with their ends)."""
-    conn.execute(CLOSE_UNITS, {"run": run_id, "error": error})
-    finish_run(conn, run_id, "failed", error)
+    run: its history rows are the new owner's): the session's own role (and search_path)
+    taken back, and the run closed as failed by it, with its units left running (their
+    claims went with their ends). Returns the status and error to report."""
+    owner.restore(conn, local=False, search_path=owner.SEARCH_PATH)
+    conn.execute(CLOSE_UNITS, {"run": run_id, "error": CHANGED_OWNER})
+    finish_run(conn, run_id, "failed", CHANGED_OWNER)
+    return "failed", CHANGED_OWNER
 
 
 def end_unit(conn: psycopg.Connection[Any], run_id: int, end: UnitEnd) -> None:

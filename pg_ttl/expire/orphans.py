@@ -153,8 +153,12 @@ def range_delete(ctx: UnitContext) -> sweeps.RangeDelete:
     skip = sql.SQL("DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {cond}"
                    " FOR UPDATE SKIP LOCKED)) AND {cond}").format(t=t, where=where, cond=cond)
     row = ctx.conn.execute(LOCK_PARENTS, {"policy": ctx.policy.relid}).fetchone()
+    # REPEATABLE READ: a child updated meanwhile (moved to a parent committed after the
+    # snapshot) fails the DELETE (40001, redone with a new snapshot) instead of being
+    # re-checked against the parents as they were before that update (READ COMMITTED).
+    prelude = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", *([row[0]] if row and row[0] else []))
     return sweeps.RangeDelete("orphans", plain.as_string(ctx.conn), skip.as_string(ctx.conn),
-                              ctx.policy.delete_batch_size, True, prelude=row[0] if row else None)
+                              ctx.policy.delete_batch_size, True, prelude=prelude)
 
 
 # -- read side: estimates per range (pg-ttl plan), a sweep's state (pg-ttl orphans status) --

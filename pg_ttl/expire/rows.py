@@ -178,10 +178,9 @@ def _delete_windows(ctx: UnitContext) -> str:
             # counted by one statement (a small table's run: no BEGIN, UPDATE, COMMIT of its own)
             _delete_chunk(ctx, ranges.window(ctx, start, end))
             return "ok"
-        if end is None:  # a larger one: the counting statement would cost more than the round trips
-            _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
-            return "partial" if ctx.stopping() else "ok"
         _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
+        if end is None:  # a larger last one: the counting statement would cost more than the round trips
+            return "partial" if ctx.stopping() else "ok"
         took, deleted = max(time.monotonic() - started, 1e-4), ctx.deleted - before
         paced = ctx.paced()
         by_time = max(deleted, 1) * sweeps.STATEMENT_SECONDS / took

@@ -123,10 +123,10 @@ class RangeDelete:
     skip_locked: str
     max_rows: int | None
     count_examined: bool
-    # Run first in each DELETE's transaction, before its snapshot (orphans: the parents
-    # locked, so that the REPEATABLE READ snapshot is taken after any TRUNCATE or rewrite
-    # of a parent that the DELETE would otherwise wait for with an older snapshot).
-    prelude: str | None = None
+    # Run first in each DELETE's transaction, in order, before its snapshot (orphans: the
+    # isolation level, and the parents locked, so that the snapshot is taken after any
+    # TRUNCATE or rewrite of a parent that the DELETE would otherwise wait for).
+    prelude: tuple[str, ...] = ()
 
 
 @dataclass
@@ -378,13 +378,8 @@ def _step(ctx: UnitContext, how: RangeDelete, range_no: int, lo: int, hi: int) -
 
     def delete(statement: str, reraise_lock: bool) -> tuple[int, int]:
         with ctx.conn.transaction():
-            if how.work == "orphans":
-                # A child updated meanwhile (moved to a parent committed after this snapshot)
-                # fails the DELETE (40001, redone with a new snapshot) instead of being
-                # re-checked against parents as they were before that update (READ COMMITTED).
-                ctx.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            if how.prelude is not None:
-                execute(ctx, how.prelude, reraise_lock=reraise_lock)
+            for setup in how.prelude:
+                execute(ctx, setup, reraise_lock=reraise_lock)
             deleted = execute(ctx, statement, reraise_lock=reraise_lock, raw_params=bounds).rowcount
             examined = EXAMINED.format(unit=sql.Literal(ctx.unit.relid), deleted=sql.Literal(deleted)) \
                 if how.count_examined else sql.Literal(deleted)
