@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pg_ttl.expire import expire
-from tests.helpers import ENGINE_SESSIONS, AfterFirstBatch, wait_for_engine_lock_wait
+from tests.helpers import ENGINE_SESSIONS, AfterFirstBatch, StopAfter, wait_for_engine_lock_wait
 
 Conn = psycopg.Connection[Any]
 
@@ -237,3 +237,36 @@ def test_a_parents_run_is_followed_by_its_childs_orphans_after_the_childs_own_sw
     assert conn.execute("SELECT k FROM p").fetchall() == [("new",)]
     assert sorted(r[0] for r in conn.execute("SELECT k FROM c")) == ["new"], \
         "the orphan of the parent the run expired was left until the child's next schedule"
+
+
+def test_a_parents_run_is_followed_by_a_new_sweep_when_the_childs_own_is_unfinished(conn: Conn,
+                                                                                    dsn: str) -> None:
+    """As above, but the child's own sweep (one block a range) stopped after its first range:
+    it is unfinished when the parent's rows go. The run that follows them does not join it
+    (its first range, done before, would keep the new orphan there until the child's next
+    schedule): it begins a sweep of its own, which deletes that orphan in the same round."""
+    conn.execute("CREATE TABLE p (k text PRIMARY KEY, at timestamptz)")
+    conn.execute("CREATE TABLE c (k text, at timestamptz, pad text)")
+    conn.execute("INSERT INTO p VALUES ('old', now() - interval '60 days'), ('new', now())")
+    conn.execute("INSERT INTO c VALUES ('old', now() - interval '60 days', 'x')")  # block 0
+    conn.execute("INSERT INTO c SELECT 'new', now() - interval '60 days', repeat('x', 200)"
+                 " FROM generate_series(1, 200)")
+    conn.execute("SELECT ttl.enable('p', expire_after => '30 days', column_name => 'at')")
+    conn.execute("SELECT ttl.enable_orphans('c', '{k}', 'p', min_age => '1 hour', age_column => 'at',"
+                 " range_bytes => 8192)")
+    row = conn.execute("SELECT now(), pg_relation_size('c') / 8192").fetchone()
+    assert row is not None and row[1] >= 3
+    parent_round = row[0]
+    time.sleep(0.05)
+    stop = threading.Event()
+    [own] = expire(dsn, ["c"], stop=stop, progress=StopAfter(stop, 1))  # the child's own round, stopped
+    assert own.status == "partial" and own.orphans_deleted == 0
+    ranges = conn.execute("SELECT range_no, status FROM ttl.block_range ORDER BY range_no").fetchall()
+    assert ranges == [(0, "ok")], ranges  # its sweep unfinished, range 0 (the 'old' child's block) done
+    results = expire(dsn, ["p"], cutoff=parent_round)
+    assert results[0].rows_deleted == 1
+    assert [r.orphans_deleted for r in results if r.table.endswith("c")] == [1]
+    assert conn.execute("SELECT count(*) FROM c WHERE k = 'old'").fetchone() == (0,), \
+        "the orphan of the parent the run expired was left until the child's next schedule"
+    sweeps = conn.execute("SELECT count(DISTINCT sweep) FROM ttl.block_range").fetchone()
+    assert sweeps == (2,)

@@ -47,11 +47,11 @@ FAILED_RANGES_PER_RUN = 3
 # range of 64 MB takes seconds.
 STALE_HOLD_SECONDS = 3600.0
 # The unit's latest sweep of this work: how many of its ranges are finished (done or
-# given up), and whether a run of this round (a cutoff as late as ours) took part in it.
+# given up), whether a run of this round (a cutoff as late as ours) took part in it, and
+# whether its every range began after this run did.
 LATEST_SWEEP = """
 SELECT s.sweep, s.sweep_blocks, s.range_blocks, count(*) FILTER (WHERE s.ok OR s.failures >= %(attempts)s),
-       bool_or(s.ours)
-       AND (NOT %(follows)s OR min(s.started) >= (SELECT r.started_at FROM ttl.run r WHERE r.run_id = %(run)s))
+       bool_or(s.ours), min(s.started) >= (SELECT r.started_at FROM ttl.run r WHERE r.run_id = %(run)s)
   FROM (SELECT o.sweep, o.sweep_blocks, o.range_blocks, o.range_no, bool_or(o.status = 'ok') AS ok,
                count(*) FILTER (WHERE o.status IN """ + NOT_DONE + """) AS failures,
                bool_or(r.cutoff >= %(cutoff)s) AS ours, min(o.started_at) AS started
@@ -245,17 +245,17 @@ def _range_key(work: str, range_no: int) -> int:
 
 def _join_sweep(ctx: UnitContext, work: str, nblocks: int, range_blocks: int) -> Sweep | None:
     """The sweep to work on: the unit's latest if unfinished, else a new one begun by
-    this run; None when a run of this round already finished the latest (for a run
-    that follows its parents' run: one that began after it did, so saw their rows
-    gone). Decided under a transaction lock on the unit, so two runs starting
-    together join one."""
+    this run; None when a run of this round already finished the latest. For a run
+    that follows its parents' run, only a sweep that began after it did saw their rows
+    gone: it neither joins nor counts an earlier one (whose ranges done before would
+    keep their new orphans until the child's next schedule), it begins a new one.
+    Decided under a transaction lock on the unit, so two runs starting together join one."""
     unit = ctx.unit.relid
     with ctx.conn.transaction():
         ctx.conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s, -1)", (_unit_key(unit),))
         row = ctx.conn.execute(LATEST_SWEEP, {"unit": unit, "work": work, "cutoff": ctx.pred.cutoff,
-                                              "attempts": RANGE_ATTEMPTS, "follows": ctx.pred.follows_parents,
-                                              "run": ctx.run_id}).fetchone()
-        if row is not None:
+                                              "attempts": RANGE_ATTEMPTS, "run": ctx.run_id}).fetchone()
+        if row is not None and (row[5] or not ctx.pred.follows_parents):
             latest = Sweep(int(row[0]), int(row[1]), int(row[2]))
             if int(row[3]) < latest.ranges and latest.range_blocks == range_blocks:
                 return latest
