@@ -2,8 +2,9 @@
 
 A table of ROWS rows (~100 B) whose expiry the application moves on every
 UPDATE: ``seen_at`` (last seen), TTL 1 day from it; the expired rows are spread
-evenly over the table (every 1000th, every 100th). Three layouts, each a copy of
-the same data:
+evenly over the table (every 1000th, every 100th), each seen at its own instant
+(as rows are: no two share one, so a btree pass reads plain key windows). Three
+layouts, each a copy of the same data:
 
 - ``sweep``: no index on seen_at; a pass sweeps the table by block ranges;
 - ``btree``: a btree on seen_at; a pass reads it (index strategy);
@@ -13,7 +14,9 @@ the same data:
 1. One pg_ttl pass with 0.1% and 1% of the rows expired: seconds, ROUNDS rounds,
    the layouts in turn (rotated each round), each pass on a fresh copy of its
    layout's database (its pages in the OS cache, not in shared_buffers: the
-   same start for every layout); the median is reported, every round in --json.
+   same start for every layout; the server's shared_buffers touched once
+   beforehand, as a server that has run a while has them: see
+   bench.server.touch_shared_buffers); the median is reported, every round in --json.
 2. UPDATE throughput: pgbench, 4 clients, SECONDS per slice: ``UPDATE t SET
    seen_at = now(), hits = hits + 1 WHERE id = random`` (the expiry moves) and
    ``UPDATE t SET hits = hits + 1 ...`` (it does not), on one database per
@@ -56,6 +59,7 @@ import psycopg
 from psycopg import sql
 
 from bench.row_ttl import timed
+from bench.server import touch_shared_buffers
 from bench.trigger import _run_pgbench
 from pg_ttl import install
 from pg_ttl.expire import expire
@@ -64,7 +68,7 @@ from pg_ttl.localserver import LocalServer
 SCHEMA = "CREATE TABLE t (id bigint PRIMARY KEY, seen_at timestamptz NOT NULL, hits int NOT NULL DEFAULT 0," \
          " payload text) WITH (fillfactor = 90)"
 FILL = """
-INSERT INTO t SELECT g, CASE WHEN g %% %(every)s = 0 THEN now() - interval '2 days'
+INSERT INTO t SELECT g, CASE WHEN g %% %(every)s = 0 THEN now() - interval '2 days' - g * interval '1 ms'
                              ELSE now() - interval '1 hour' END, 0, repeat('x', 60)
   FROM generate_series(1, %(rows)s) g
 """
@@ -278,6 +282,7 @@ def main() -> None:
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "1GB",
                                    "max_wal_size": "8GB", "autovacuum": "off"})
     server.start()
+    touch_shared_buffers(server)
     load = os.getloadavg()
     try:
         results: dict[str, Any] = {
