@@ -611,7 +611,11 @@ BEGIN
         DELETE FROM %1$s q WHERE q.shard = %9$s AND q.expires_at = pg_ttl_old_expiry AND (%10$s) = (%4$s);
     END IF;
     IF pg_ttl_new_expiry IS NOT NULL THEN
-        INSERT INTO %1$s (shard, expires_at, %11$s) VALUES (%12$s, pg_ttl_new_expiry, %5$s) ON CONFLICT DO NOTHING;
+        -- An entry there already is kept locked (DO UPDATE) till this transaction
+        -- ends: a repair removing it as not at the row's expiry (ttl.queue_verify,
+        -- reading the row as it was) waits, then its next statement sees this row.
+        INSERT INTO %1$s (shard, expires_at, %11$s) VALUES (%12$s, pg_ttl_new_expiry, %5$s)
+            ON CONFLICT (shard, expires_at, %11$s) DO UPDATE SET expires_at = EXCLUDED.expires_at;
     END IF;
     RETURN NULL;
 END
@@ -846,6 +850,7 @@ DECLARE
     entries text;
     joined text;
     fine bigint;
+    removed jsonb;
 BEGIN
     s := ttl._queue_sql(tbl);
     SELECT * INTO q FROM ttl.queue WHERE relid = tbl;
@@ -866,13 +871,29 @@ BEGIN
     END IF;
     repaired := repair AND (missing > 0 OR late > 0 OR extra > 0);
     IF repaired THEN
-        EXECUTE format('DELETE FROM %1$s q USING (SELECT shard, expires_at, %2$s FROM %1$s EXCEPT %3$s) o'
-                       ' WHERE q.shard = o.shard AND q.expires_at = o.expires_at AND (%4$s) = (%5$s)',
+        -- Every entry not at its row's expiry goes (the keys of those removed are kept)...
+        EXECUTE format('WITH gone AS (DELETE FROM %1$s q USING (SELECT shard, expires_at, %2$s FROM %1$s EXCEPT %3$s) o'
+                       '   WHERE q.shard = o.shard AND q.expires_at = o.expires_at AND (%4$s) = (%5$s) RETURNING %4$s)'
+                       ' SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%2$s)) FROM gone',
                        s.qname, keys_q, entries,
                        (SELECT string_agg('q.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i),
-                       (SELECT string_agg('o.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i));
+                       (SELECT string_agg('o.' || s.ks[i], ', ') FROM generate_subscripts(s.ks, 1) i))
+           INTO removed;
+        -- ...then, in a statement of its own (a new snapshot: an UPDATE that held a
+        -- removed entry locked, moving its row's expiry onto it, has committed), each
+        -- row gets its entry at its expiry: every row, once the queue is filled; while
+        -- it is being filled, the rows whose entries went (a row the fill has passed
+        -- would otherwise be left with none).
         IF q.backfilled THEN
             EXECUTE format('INSERT INTO %s (shard, expires_at, %s) %s ON CONFLICT DO NOTHING', s.qname, keys_q, entries);
+        ELSIF removed IS NOT NULL THEN
+            EXECUTE format('INSERT INTO %s (shard, expires_at, %s) SELECT * FROM (%s) e'
+                           ' WHERE (%s) IN (SELECT %s FROM pg_catalog.jsonb_array_elements($1) g(k))'
+                           ' ON CONFLICT DO NOTHING', s.qname, keys_q, entries,
+                           (SELECT string_agg('e.' || k, ', ') FROM unnest(s.ks) k),
+                           (SELECT string_agg(format('(g.k OPERATOR(pg_catalog.->>) %s)::%s', i - 1, s.types[i]), ', ')
+                              FROM generate_subscripts(s.types, 1) i))
+              USING removed;
         END IF;
     END IF;
     PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);

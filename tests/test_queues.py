@@ -874,3 +874,73 @@ def test_uninstall_removes_the_queue_and_its_triggers(db: psycopg.Connection[Any
     assert db.execute("SELECT count(*) FROM t").fetchone() == (100,)
     db.rollback()
     assert cli("install", "--dsn", dsn).returncode == 0
+
+
+def test_a_repair_and_an_update_moving_the_expiry_back_onto_an_early_entry_leave_no_row_late(
+        db: psycopg.Connection[Any], connect: Any) -> None:
+    """A row with an early entry (its expiry made later since: no trigger), repaired while
+    the application moves the expiry back onto that entry's instant. The repair removes the
+    early entry (not at the row's expiry as it reads the row) and adds one at the later
+    expiry; the UPDATE found the early entry there and added none. The UPDATE holds that
+    entry locked till it commits, so the repair's removal waits for it and the repair's
+    next statement sees the row's new expiry: the row keeps an entry at it, never only the
+    later one."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz, n int NOT NULL DEFAULT 0)")
+    db.execute("INSERT INTO t VALUES (1, '2030-01-01'), (2, '2030-01-01')")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', '2')")
+    db.execute("SELECT ttl.queue_backfill('t')")
+    db.execute("UPDATE t SET v = '2031-01-01' WHERE id = 1")  # later: its entry stays at 2030-01-02
+    queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+    assert queue is not None
+    db.execute(f"DELETE FROM {queue[0]} WHERE k1 = 2")  # something for the repair to do
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("UPDATE t SET v = '2030-01-01' WHERE id = 1")  # back onto the early entry; not committed
+    repairer = connect(autocommit=True)
+    done = threading.Event()
+
+    def repair() -> None:
+        repairer.execute("SELECT * FROM ttl.queue_verify('t', true)")
+        done.set()
+
+    thread = threading.Thread(target=repair)
+    thread.start()
+    waited = False
+    for _ in range(100):  # the repair waits for the application's transaction (or, unlocked, is done)
+        if done.wait(0.05):
+            break
+        row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+                         (repairer.info.backend_pid,)).fetchone()
+        db.commit()
+        if row == (1,):
+            waited = True
+            break
+    app.commit()
+    thread.join(10)
+    assert done.is_set()
+    _assert_no_row_late(db)
+    assert waited
+
+
+def test_a_repair_while_the_queue_is_being_filled_leaves_the_rows_it_passed_their_entries(
+        db: psycopg.Connection[Any]) -> None:
+    """The fill has passed row 1 (its entry added), not row 2 yet. Row 1's expiry made
+    later leaves its entry early; an extra entry gives the repair something to do. The
+    repair removes row 1's early entry (not at its expiry) and gives it one at its
+    expiry: the fill will not come back to it."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, v timestamptz, n int NOT NULL DEFAULT 0)")
+    db.execute("INSERT INTO t VALUES (1, '2030-01-01'), (2, '2030-01-01')")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'v')")
+    db.execute("SELECT ttl.set_option('t', 'queue_shards', '2')")
+    assert db.execute("SELECT ttl.queue_backfill('t', 1)").fetchone() == (1,)
+    assert db.execute("SELECT backfilled FROM ttl.queue").fetchone() == (False,)
+    db.execute("UPDATE t SET v = '2031-01-01' WHERE id = 1")  # later: its entry stays at 2030-01-02
+    queue = db.execute("SELECT queue_relid::regclass::text FROM ttl.queue").fetchone()
+    assert queue is not None
+    db.execute(f"INSERT INTO {queue[0]} VALUES (0, '2030-01-01', 999)")  # extra: no such row
+    assert db.execute("SELECT * FROM ttl.queue_verify('t', true)").fetchone() == (0, 0, 1, True)
+    assert _queue(db) == {(1, datetime.fromisoformat("2031-01-02T00:00:00+00:00"))}
+    while db.execute("SELECT ttl.queue_backfill('t')").fetchone() != (0,):
+        pass
+    _assert_no_row_late(db)
