@@ -944,3 +944,24 @@ def test_a_repair_while_the_queue_is_being_filled_leaves_the_rows_it_passed_thei
     while db.execute("SELECT ttl.queue_backfill('t')").fetchone() != (0,):
         pass
     _assert_no_row_late(db)
+
+
+def test_the_cli_turns_a_queue_on_fills_it_and_turns_it_off(db: psycopg.Connection[Any], cli: Any,
+                                                            dsn: str) -> None:
+    _table(db, 250, 5, shards=0)
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
+    result = cli("queue", "set", "t", "3", "--fill", "--batch", "100", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert "3 shards, filled (250 rows added)" in result.stdout
+    db.rollback()
+    assert db.execute("SELECT shards, backfilled FROM ttl.queue").fetchone() == (3, True)
+    assert _queue(db) == _expected(db)
+    db.rollback()
+    result = cli("queue", "set", "t", "5000", "--dsn", dsn)  # refused, the queue as it was
+    assert result.returncode != 0 and "between 0 (no queue) and 1024" in result.stderr
+    assert db.execute("SELECT shards, backfilled FROM ttl.queue").fetchone() == (3, True)
+    db.rollback()
+    result = cli("queue", "set", "t", "0", "--dsn", dsn)
+    assert result.returncode == 0 and "off" in result.stdout
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'ttl\\_queue\\_%'").fetchone() == (0,)
