@@ -60,7 +60,12 @@ def register(sub: Any) -> None:
                         "could not be served")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("status", help="per TTL table: last run, next run, backlog, lag; and the workers")
+    p = sub.add_parser("status", help="per TTL table: last run, next run, backlog, lag; and the workers",
+                       description="Per TTL table: its last run (when, what it did, how it ended), its next run "
+                                   "by job_cron, the backlog (rows expired and not yet removed, estimated), the "
+                                   "lag (how long the oldest of them has been expired), the throttle's pace, a "
+                                   "queue's backlog per shard, an orphan policy's sweep and a tier's archive "
+                                   "backlog; then every worker with its heartbeat and current run. Reads only.")
     add_dsn(p)
     p.add_argument("table", nargs="?", default=None, help="only this table")
     p.add_argument("--json", action="store_true", help="machine-readable output")
