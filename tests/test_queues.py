@@ -7,6 +7,7 @@ row, partitioned tables included, and the queue's code runs as the table's owner
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -965,3 +966,19 @@ def test_the_cli_turns_a_queue_on_fills_it_and_turns_it_off(db: psycopg.Connecti
     assert result.returncode == 0 and "off" in result.stdout
     assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'ttl\\_queue\\_%'").fetchone() == (0,)
+
+
+def test_queue_set_waits_for_a_held_table_no_longer_than_its_lock_timeout(
+        db: psycopg.Connection[Any], cli: Any, dsn: str, connect: Any) -> None:
+    """A long writing transaction holds the table: `pg-ttl queue set` gives up after
+    --lock-timeout (other writes would queue behind it meanwhile), changes nothing and says so."""
+    _table(db, 10, 5, shards=0)
+    app = connect(autocommit=False)
+    app.execute("UPDATE t SET n = n + 1 WHERE id = 1")  # a writer: holds ROW EXCLUSIVE till it ends
+    started = time.monotonic()
+    result = cli("queue", "set", "t", "4", "--lock-timeout", "300ms", "--dsn", dsn)
+    took = time.monotonic() - started
+    app.rollback()
+    assert result.returncode != 0 and "locked by another session" in result.stderr, result.stderr
+    assert took < 30
+    assert db.execute("SELECT count(*) FROM ttl.queue").fetchone() == (0,)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import psycopg
+
 from pg_ttl.cli.common import CliError, add_dsn, connect, console, console_err, require_installed
 
 EXAMPLES = """\
@@ -41,6 +43,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="add the table's existing rows now, --batch rows a transaction (the table stays "
                         "writable; stopped, the next --fill or pass goes on from there)")
     s.add_argument("--batch", type=int, default=10_000, help="rows a transaction with --fill (default 10000)")
+    s.add_argument("--lock-timeout", default="5s", metavar="DURATION",
+                   help="how long to wait for the table's lock (its triggers are created or dropped: writes "
+                        "that come meanwhile wait behind this command); default 5s, 0: wait as long as it takes")
     add_dsn(s)
     s.set_defaults(func=cmd_set)
     v = cmds.add_parser("verify", help="compare the queue with the table; --repair fixes the differences",
@@ -73,7 +78,12 @@ def cmd_set(args: argparse.Namespace) -> int:
         raise CliError("--batch must be at least 1", exit_code=2)
     with connect(args) as conn:
         require_installed(conn)
-        conn.execute("SELECT ttl.set_option(%s, 'queue_shards', %s)", (args.table, str(args.shards)))
+        conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, false)", (args.lock_timeout,))
+        try:
+            conn.execute("SELECT ttl.set_option(%s, 'queue_shards', %s)", (args.table, str(args.shards)))
+        except psycopg.errors.LockNotAvailable as exc:
+            raise CliError(f"{args.table} is locked by another session (waited --lock-timeout {args.lock_timeout}):"
+                           " nothing changed; try again, or with a longer --lock-timeout") from exc
         if args.shards == 0:
             console.print(f"queue of {args.table}: off")
             return 0
