@@ -327,6 +327,61 @@ BEGIN
 END
 $fn$;
 
+-- A partition judged removable, locked and checked to be still that partition: still
+-- attached to `parent` (not being detached) with the bound `bound` it was judged by.
+-- The application may have detached it, attached it elsewhere or renamed it (and
+-- given its name to another table) since: names are looked up by oid, and checked
+-- again once the locks are held. `how`: 'drop' locks the parent (ONLY) and the
+-- partition ACCESS EXCLUSIVE, in the order DROP and DETACH take them; 'partition' the
+-- partition alone ACCESS EXCLUSIVE (the parent's writers go on while it is judged
+-- again); 'export' the partition EXCLUSIVE NOWAIT (readers go on); 'check' takes no
+-- lock. Returns the
+-- names as they are; raises object_not_in_prerequisite_state when it changed.
+CREATE OR REPLACE FUNCTION ttl._lock_partition(part oid, parent oid, bound text, how text,
+                                               OUT nsp name, OUT rel name, OUT parent_nsp name,
+                                               OUT parent_rel name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    same boolean;
+    was text[];
+BEGIN
+    IF how NOT IN ('drop', 'partition', 'export', 'check') THEN
+        RAISE EXCEPTION 'ttl._lock_partition: unknown lock %', how;
+    END IF;
+    FOR i IN 1 .. 2 LOOP
+        was := ARRAY[nsp, rel, parent_nsp, parent_rel];
+        SELECT n.nspname, c.relname, pn.nspname, pc.relname,
+               h.inhparent = parent AND NOT h.inhdetachpending AND pg_get_expr(c.relpartbound, 0) = bound
+          INTO nsp, rel, parent_nsp, parent_rel, same
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          LEFT JOIN pg_inherits h ON h.inhrelid = c.oid
+          LEFT JOIN pg_class pc ON pc.oid = h.inhparent
+          LEFT JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+         WHERE c.oid = part;
+        IF rel IS NULL THEN
+            RAISE EXCEPTION 'partition % was dropped during the run', part USING ERRCODE = 'undefined_table';
+        END IF;
+        -- (the second look, under the locks: a rename just before them shows here)
+        IF NOT coalesce(same, false) OR (i = 2 AND ARRAY[nsp, rel, parent_nsp, parent_rel]::text[] <> was) THEN
+            RAISE EXCEPTION 'partition % was detached, attached elsewhere, renamed or given another bound '
+                            'since this run found it expired: kept', format('%I.%I', nsp, rel)
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        EXIT WHEN i = 2 OR how = 'check';
+        IF how = 'drop' THEN
+            EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS EXCLUSIVE MODE', parent_nsp, parent_rel);
+            EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', nsp, rel);
+        ELSIF how = 'partition' THEN
+            EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', nsp, rel);
+        ELSE
+            EXECUTE format('LOCK TABLE %I.%I IN EXCLUSIVE MODE NOWAIT', nsp, rel);
+        END IF;
+    END LOOP;
+END
+$fn$;
+
 -- Several expired partitions of one table dropped by one DROP TABLE, in one
 -- statement: each claimed and recorded as ttl._begin_unit does (or skipped, with
 -- the reason), the claimed ones dropped together under the engine's timeouts, then

@@ -68,6 +68,7 @@ class Unit:
     relname: str
     action: str  # 'delete' | 'drop' | 'detach'
     parent: sql.Identifier | None = None  # the partitioned table it is removed from
+    parent_relid: int | None = None  # (its oid: the names may change during a run)
     upper: str | None = None  # upper bound, as text in the TTL column's type
     bound: str | None = None  # FOR VALUES ... as the server prints it
     detach_pending: bool = False  # an interrupted DETACH ... CONCURRENTLY to finalize
@@ -266,7 +267,8 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     for oid, schema, relname, relkind, bound, pending, pages in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
-        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, bound=bound, pages=int(pages))
+        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, parent_relid=relid, bound=bound,
+                     pages=int(pages))
         if pending:
             # Ours to finish only when this policy detaches (a run was interrupted
             # between DETACH ... CONCURRENTLY's two transactions); else leave it.

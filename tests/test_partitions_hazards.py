@@ -1,0 +1,114 @@
+"""Partition retention under concurrent changes by the application: a partition is removed
+only while it is the one judged, still where it was judged, with the bound it was judged by."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pg_ttl.expire import expire
+from pg_ttl.expire.context import NullProgress
+from tests.conftest import dsn_of
+from tests.test_tiers_partitions import _exactly_once, _ids, _pev
+
+C = datetime(2026, 3, 10, 0, 0, tzinfo=UTC)  # the run's cutoff in these tests
+
+
+def _daily(db: psycopg.Connection[Any], action: str = "drop") -> None:
+    """ev partitioned by day, 2026-03-05 .. 03-11, 10 rows per day at 12:00 (1-day TTL: at C,
+    ev_05 .. ev_08 are expired whole, ev_09 .. ev_11 hold live rows)."""
+    db.execute("CREATE TABLE ev (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    for d in range(5, 12):
+        db.execute(f"CREATE TABLE ev_{d:02d} PARTITION OF ev FOR VALUES FROM ('2026-03-{d:02d} 00:00+00')"
+                   f" TO ('2026-03-{d + 1:02d} 00:00+00')")
+    db.execute("""INSERT INTO ev SELECT d * 100 + g, timestamptz '2026-03-01 12:00+00' + d * interval '1 day'
+                    FROM generate_series(4, 10) d, generate_series(1, 10) g""")
+    db.execute("CREATE SCHEMA archive")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts', partition_action => %s,"
+               " detach_schema => 'archive')", (action,))
+    db.commit()
+
+
+class BeforeUnit(NullProgress):
+    """Runs ``action`` (in the application's own session) once, as the unit ``unit`` starts:
+    after the pass listed and judged it, before it is removed."""
+
+    def __init__(self, unit: str, action: Any) -> None:
+        self.unit, self.action, self.done = unit, action, False
+
+    def unit_started(self, table: str, unit: str, action: str, estimate: int | None) -> None:
+        if unit == self.unit and not self.done:
+            self.done = True
+            self.action()
+
+
+def _app(db: psycopg.Connection[Any], *statements: str) -> Any:
+    def run() -> None:
+        with psycopg.connect(dsn_of(db), autocommit=True) as app:
+            for s in statements:
+                app.execute(s)  # type: ignore[arg-type]  # the tests' own constants
+    return run
+
+
+def _live_rows(db: psycopg.Connection[Any]) -> int:
+    db.rollback()
+    row = db.execute("SELECT count(*) FROM ev WHERE ts >= '2026-03-09'").fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_a_partition_renamed_after_it_was_judged_is_not_confused_with_its_old_name(
+        db: psycopg.Connection[Any]) -> None:
+    _daily(db)
+    # At this cutoff only ev_05 is expired. Once the pass judged it, the application renames
+    # it and gives its name to ev_10, a partition of live rows.
+    app = _app(db, "ALTER TABLE ev_05 RENAME TO ev_05_old", "ALTER TABLE ev_10 RENAME TO ev_05")
+    [res] = expire(dsn_of(db), ["ev"], cutoff=datetime(2026, 3, 7, tzinfo=UTC), progress=BeforeUnit("ev_05", app))
+    assert res.status == "ok", res
+    assert _live_rows(db) == 30  # ev_10's rows, now under the name ev_05, all kept
+    assert db.execute("SELECT to_regclass('ev_05_old') IS NULL").fetchone() == (True,)  # the one judged went
+
+
+def test_a_partition_the_application_moved_to_another_table_is_not_dropped(db: psycopg.Connection[Any]) -> None:
+    _daily(db)
+    # ev_00, the default partition, is done first (row by row); meanwhile the application
+    # moves ev_06 (judged expired with ev_05 .. ev_08) to a table of its own, without TTL.
+    db.execute("CREATE TABLE ev_00 PARTITION OF ev DEFAULT")
+    db.execute("INSERT INTO ev VALUES (1, '2020-01-01')")
+    db.execute("CREATE TABLE keep (id int, ts timestamptz, PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)")
+    db.commit()
+    app = _app(db, "ALTER TABLE ev DETACH PARTITION ev_06",
+               "ALTER TABLE keep ATTACH PARTITION ev_06 FOR VALUES FROM ('2026-03-06') TO ('2026-03-07')")
+    [res] = expire(dsn_of(db), ["ev"], cutoff=C, progress=BeforeUnit("ev_00", app))
+    [kept] = [u for u in res.units if u.unit == "ev_06"]
+    assert (kept.status, kept.action) == ("skipped", "drop"), kept
+    assert "attached elsewhere" in (kept.error or "")
+    assert db.execute("SELECT count(*) FROM keep").fetchone() == (10,)
+    assert db.execute("SELECT count(*) FROM ev").fetchone() == (30,)  # ev_05, ev_07, ev_08 went
+
+
+def test_detach_concurrently_detaches_the_partition_judged_not_the_one_now_under_its_name(
+        db: psycopg.Connection[Any]) -> None:
+    _daily(db, action="detach")
+    app = _app(db, "ALTER TABLE ev_05 RENAME TO ev_05_old", "ALTER TABLE ev_10 RENAME TO ev_05")
+    [res] = expire(dsn_of(db), ["ev"], cutoff=datetime(2026, 3, 7, tzinfo=UTC), progress=BeforeUnit("ev_05", app))
+    assert res.status == "ok", res
+    assert [u.strategy for u in res.units if u.action == "detach"] == ["concurrently"]
+    assert _live_rows(db) == 30  # ev_10's rows, now under the name ev_05, still in ev
+    assert db.execute("SELECT count(*) FROM archive.ev_05_old").fetchone() == (10,)  # the one judged, detached
+
+
+def test_a_partition_exported_whole_is_dropped_only_under_the_name_it_has(db: psycopg.Connection[Any],
+                                                                          tmp_path: Path) -> None:
+    _pev(db, tmp_path)
+    # pev_old goes whole to the tier. As its unit starts, the application renames it and
+    # gives its name to pev_new (rows 61-70, none past the tier).
+    app = _app(db, "ALTER TABLE pev_old RENAME TO pev_old_x", "ALTER TABLE pev_new RENAME TO pev_old")
+    [archived, _deleted] = expire(dsn_of(db), ["pev"], progress=BeforeUnit("pev_old", app))
+    [old] = [u for u in archived.units if u.unit == "pev_old"]
+    assert (old.action, old.strategy, old.status, old.rows_deleted) == ("archive", "ctid", "ok", 40)
+    db.rollback()
+    assert _ids(db) == [*range(51, 71), 72]  # 61-70 kept; pev_old_x's rows moved batch by batch
+    _exactly_once(db, tmp_path, [*range(1, 51), 71])
