@@ -298,6 +298,16 @@ BEGIN
             reason := format('done: run %s finished it for this cutoff', done);
         ELSIF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = unit) THEN
             reason := 'the partition was dropped during the run';
+        ELSIF unit_action IN ('delete', 'archive', 'drop', 'detach') AND unit <> tbl AND NOT EXISTS (
+                -- (read from pg_inherits: no lock taken on a partition the application holds)
+                WITH RECURSIVE up(oid) AS (
+                    SELECT unit
+                    UNION
+                    SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.oid)
+                SELECT 1 FROM up WHERE up.oid = tbl) THEN
+            -- its rows are no longer the table's: the application detached it, or attached it
+            -- to another table, since the run listed it
+            reason := 'no longer a partition of the table: detached or attached elsewhere during the run';
         END IF;
         IF reason IS NOT NULL THEN
             PERFORM ttl._release_claim(unit, ttl._claim_shared(unit_action, strategy));
