@@ -298,7 +298,7 @@ BEGIN
             reason := format('done: run %s finished it for this cutoff', done);
         ELSIF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = unit) THEN
             reason := 'the partition was dropped during the run';
-        ELSIF unit_action IN ('delete', 'archive', 'drop', 'detach') AND unit <> tbl AND NOT EXISTS (
+        ELSIF unit_action IN ('delete', 'archive', 'drop') AND unit <> tbl AND NOT EXISTS (
                 -- (read from pg_inherits: no lock taken on a partition the application holds)
                 WITH RECURSIVE up(oid) AS (
                     SELECT unit

@@ -3,13 +3,14 @@ only while it is the one judged, still where it was judged, with the bound it wa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
-from pg_ttl.expire import expire
+from pg_ttl.expire import expire, partitions
 from pg_ttl.expire.context import NullProgress
 from tests.conftest import dsn_of
 from tests.test_tiers_partitions import _exactly_once, _ids, _pev
@@ -126,3 +127,35 @@ def test_rows_of_a_partition_detached_during_the_run_are_not_deleted(db: psycopg
     assert (kept.status, kept.rows_deleted) == ("skipped", 0), kept
     assert "no longer a partition" in (kept.error or "")
     assert db.execute("SELECT count(*) FROM ev_09").fetchone() == (10,)
+
+
+def test_a_run_killed_between_detaching_and_moving_a_partition_is_finished_by_the_next(
+        db: psycopg.Connection[Any], monkeypatch: Any) -> None:
+    _daily(db, action="detach")
+    real = partitions._timeouts
+
+    def killed(ctx: Any) -> None:  # the transaction after the DETACH ... CONCURRENTLY: its session ends
+        with psycopg.connect(dsn_of(db), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (ctx.conn.info.backend_pid,))
+        real(ctx)
+
+    monkeypatch.setattr(partitions, "_timeouts", killed)
+    cutoff = datetime(2026, 3, 7, tzinfo=UTC)  # ev_05 only
+    with pytest.raises(psycopg.OperationalError):
+        expire(dsn_of(db), ["ev"], cutoff=cutoff)
+    monkeypatch.setattr(partitions, "_timeouts", real)
+    db.rollback()
+    assert db.execute("SELECT count(*) FROM pg_inherits WHERE inhrelid = 'ev_05'::regclass").fetchone() == (0,)
+    [res] = expire(dsn_of(db), ["ev"], cutoff=cutoff)
+    assert res.status == "ok", res
+    db.rollback()
+    # moved where detached partitions go, its rows kept, and its unit recorded as done
+    assert db.execute("SELECT count(*) FROM archive.ev_05").fetchone() == (10,)
+    assert db.execute("SELECT to_regclass('public.ev_05')").fetchone() == (None,)
+    assert res.partitions_detached == 1
+    # once finished, it is the application's: moved back, it stays where it put it
+    db.execute("ALTER TABLE archive.ev_05 SET SCHEMA public")
+    db.commit()
+    [res] = expire(dsn_of(db), ["ev"], cutoff=cutoff + timedelta(minutes=1))
+    assert res.status == "ok" and res.partitions_detached == 0, res
+    assert db.execute("SELECT count(*) FROM public.ev_05").fetchone() == (10,)

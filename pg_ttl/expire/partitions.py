@@ -126,11 +126,17 @@ def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units:
 def detach_partition(ctx: UnitContext) -> str:
     """Detach the partition and move it to detach_schema; returns how it was detached."""
     unit, conn = ctx.unit, ctx.conn
-    assert unit.parent is not None
     how = "finalize"
     parent, table, in_schema = unit.parent, unit.ident, unit.schema
     try:
-        if unit.recheck:
+        if unit.detached:
+            how = "moved"  # (detached by the run that was interrupted; where it is now, by oid)
+            row = conn.execute("SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                               " ON n.oid = c.relnamespace WHERE c.oid = %s", (unit.relid,)).fetchone()
+            if row is None:
+                raise errors.UndefinedTable("the partition was dropped during the run")
+            table, in_schema = sql.Identifier(str(row[0]), str(row[1])), str(row[0])
+        elif unit.recheck:
             # judged again under the lock that the plain DETACH then keeps
             how = "plain"
             with conn.transaction():
@@ -139,6 +145,7 @@ def detach_partition(ctx: UnitContext) -> str:
                 _recheck(ctx)
                 conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(parent, table))
         elif unit.detach_pending:
+            assert parent is not None
             with conn.transaction():
                 _timeouts(ctx)
                 conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(parent, table))

@@ -55,6 +55,19 @@ SELECT pt.partstrat, pt.partnatts, a.attname, tn.nspname, t.typname
   LEFT JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
  WHERE pt.partrelid = %s
 """
+# Partitions a run of this table detached but did not move to detach_schema (killed between
+# the DETACH and the move, or the move failed) and no later run finished: moved now.
+DETACHED_NOT_MOVED = """
+SELECT DISTINCT c.oid, n.nspname, c.relname
+  FROM ttl.run r
+  JOIN ttl.run_unit u ON u.run_id = r.run_id
+  JOIN pg_catalog.pg_class c ON c.oid = u.unit_relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE r.relid = %(t)s AND u.action = 'detach' AND u.status IN ('interrupted', 'failed', 'timeout')
+   AND NOT c.relispartition AND c.relkind IN ('r', 'p') AND n.nspname <> %(schema)s
+   AND NOT EXISTS (SELECT 1 FROM ttl.run_unit l WHERE l.unit_relid = u.unit_relid AND l.run_id > u.run_id
+                                                  AND l.status = 'ok')
+"""
 # Casts between these keep the order (the engine's session runs in UTC: no DST fold).
 _TIME_TYPES = frozenset({"timestamptz", "timestamp", "date"})
 _UPPER = re.compile(r"\bTO \((.*)\)\s*$", re.S)
@@ -72,6 +85,7 @@ class Unit:
     upper: str | None = None  # upper bound, as text in the TTL column's type
     bound: str | None = None  # FOR VALUES ... as the server prints it
     detach_pending: bool = False  # an interrupted DETACH ... CONCURRENTLY to finalize
+    detached: bool = False  # detached by an interrupted run, not yet moved to detach_schema
     # judged by the writes it received (per-row TTL): judged again under the partition's lock
     recheck: bool = False
     # an archive unit: the storage tier (position) every row of this range partition has
@@ -233,6 +247,10 @@ def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predic
     if policy.relkind != "p":
         return [Unit(policy.relid, policy.schema, policy.relname, "delete", pages=policy.pages)]
     units: list[Unit] = []
+    if policy.partition_action == "detach" and policy.detach_schema:
+        units.extend(Unit(int(oid), str(schema), str(relname), "detach", detached=True)
+                     for oid, schema, relname in conn.execute(
+                         DETACHED_NOT_MOVED, {"t": policy.relid, "schema": policy.detach_schema}))
     _walk(conn, policy, pred, policy.relid, sql.Identifier(policy.schema, policy.relname), units)
     return units
 
