@@ -159,3 +159,25 @@ def test_a_run_killed_between_detaching_and_moving_a_partition_is_finished_by_th
     [res] = expire(dsn_of(db), ["ev"], cutoff=cutoff + timedelta(minutes=1))
     assert res.status == "ok" and res.partitions_detached == 0, res
     assert db.execute("SELECT count(*) FROM public.ev_05").fetchone() == (10,)
+
+
+def test_a_live_partition_the_application_left_pending_detach_is_not_moved(db: psycopg.Connection[Any]) -> None:
+    _daily(db, action="detach")
+    # The application detaches ev_10 (live rows) CONCURRENTLY; the command is cancelled while it
+    # waits for an older transaction, leaving the partition "detach pending".
+    dsn = dsn_of(db)
+    with psycopg.connect(dsn) as reader, psycopg.connect(dsn, autocommit=True) as detacher:
+        reader.execute("SELECT count(*) FROM ev")  # an old snapshot the detach's second phase waits for
+        detacher.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            detacher.execute("ALTER TABLE ev DETACH PARTITION ev_10 CONCURRENTLY")
+        reader.rollback()
+    assert db.execute("SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = 'ev_10'::regclass").fetchone() \
+        == (True,)
+    db.rollback()
+    [res] = expire(dsn, ["ev"], cutoff=C)
+    assert res.partitions_detached == 4, res  # ev_05 .. ev_08
+    db.rollback()
+    # ev_10 is the application's to finish: not moved where detached partitions go (and are dropped)
+    assert db.execute("SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                      " WHERE c.relname = 'ev_10'").fetchone() == ("public",)

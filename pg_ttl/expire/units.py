@@ -282,21 +282,26 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     if leaves and policy.expression is not None and not on_ttl_column:
         written_out = {int(r[0]) for r in conn.execute(
             "SELECT ttl.partitions_expired(%s, %s::oid[], %s)", (policy.relid, leaves, pred.cutoff))}
+
+    def expired(upper: str | None) -> bool:
+        return upper is not None and key is not None and (
+            upper in expired_bounds if policy.expression is None else bound_expired(conn, policy, pred, upper, key))
+
     for oid, schema, relname, relkind, bound, pending, pages in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
         child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, parent_relid=relid, bound=bound,
                      pages=int(pages))
+        upper = upper_bound(bound) if on_ttl_column else None
         if pending:
-            # Ours to finish only when this policy detaches (a run was interrupted
-            # between DETACH ... CONCURRENTLY's two transactions); else leave it.
-            if policy.partition_action == "detach":
+            # Ours to finish only when this policy detaches and its bound expired (a run was
+            # interrupted between DETACH ... CONCURRENTLY's two transactions); else the
+            # application's own detach: leave it.
+            if policy.partition_action == "detach" and expired(upper):
                 child.action, child.detach_pending = "detach", True
                 units.append(child)
             continue
-        upper = upper_bound(bound) if on_ttl_column else None
-        if upper is not None and key is not None and (upper in expired_bounds if policy.expression is None
-                                                      else bound_expired(conn, policy, pred, upper, key)):
+        if expired(upper):
             child.action, child.upper = policy.partition_action, upper
             units.append(child)
         elif int(oid) in written_out:
