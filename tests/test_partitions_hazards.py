@@ -1,8 +1,11 @@
-"""Partition retention under concurrent changes by the application: a partition is removed
-only while it is the one judged, still where it was judged, with the bound it was judged by."""
+"""Partition retention under what the application and crashes do meanwhile: a partition is
+removed only while it is the one judged, still where it was judged, with the bound it was judged
+by; a detach cut short is finished, one the application began is left to it; one partition
+that cannot be judged in time does not stop the table."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -181,3 +184,25 @@ def test_a_live_partition_the_application_left_pending_detach_is_not_moved(db: p
     # ev_10 is the application's to finish: not moved where detached partitions go (and are dropped)
     assert db.execute("SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                       " WHERE c.relname = 'ev_10'").fetchone() == ("public",)
+
+
+def test_a_partition_too_big_to_scan_within_statement_timeout_does_not_stop_the_table(
+        db: psycopg.Connection[Any]) -> None:
+    """A per-row TTL table's partitions are judged by the writes they received; one with rows from
+    before its writes were tracked is scanned once to know them. A scan that outlasts
+    statement_timeout leaves that partition to be expired row by row: the others go on."""
+    db.autocommit = True
+    db.execute("UPDATE ttl.settings SET value = '1 second' WHERE name = 'partition_expiry_step'")
+    db.execute("CREATE TABLE ev (day date, id int, v int, PRIMARY KEY (day, id)) PARTITION BY RANGE (day)")
+    db.execute("CREATE TABLE ev_1 PARTITION OF ev FOR VALUES FROM ('2026-01-01') TO ('2026-01-02')")
+    db.execute("INSERT INTO ev SELECT '2026-01-01', g, g FROM generate_series(1, 300000) g")  # from before
+    db.execute("""SELECT ttl.set_options('ev', '{"expire_after": "1 second"}')""")
+    db.execute("CREATE TABLE ev_2 PARTITION OF ev FOR VALUES FROM ('2026-01-02') TO ('2026-01-03')")
+    db.execute("INSERT INTO ev VALUES ('2026-01-02', 1, 1)")
+    time.sleep(2.2)  # 1 s TTL + 1 s rounding step + margin
+    db.execute("UPDATE ttl.settings SET value = '20ms' WHERE name = 'statement_timeout'")
+    [res] = expire(dsn_of(db), ["ev"])
+    assert res.status != "failed", res
+    # ev_2, judged by its writes, dropped whole; ev_1 expired row by row (as far as 20ms statements go)
+    assert [(u.unit, u.action) for u in res.units] == [("ev_1", "delete"), ("ev_2", "drop")], res.units
+    assert db.execute("SELECT to_regclass('ev_2')").fetchone() == (None,)

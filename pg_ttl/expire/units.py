@@ -243,6 +243,21 @@ def _adds_months(conn: psycopg.Connection[Any], expression: str) -> bool:
     return False
 
 
+def _written_out(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, leaves: list[int]) -> set[int]:
+    """The ``leaves`` whose every row and value expired by the writes they received. A
+    partition with rows from before its writes were tracked is scanned once to know them;
+    one whose scan outlasts statement_timeout (or meets a lock) is left to be expired row
+    by row this time, not the whole table's run: the others are judged one by one."""
+    try:
+        with conn.transaction():  # (a savepoint inside plan()'s transaction)
+            return {int(r[0]) for r in conn.execute("SELECT ttl.partitions_expired(%s, %s::oid[], %s)",
+                                                    (policy.relid, leaves, pred.cutoff))}
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable):
+        if len(leaves) == 1:
+            return set()
+    return {oid for leaf in leaves for oid in _written_out(conn, policy, pred, [leaf])}
+
+
 def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> list[Unit]:
     if policy.relkind != "p":
         return [Unit(policy.relid, policy.schema, policy.relname, "delete", pages=policy.pages)]
@@ -280,8 +295,7 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     leaves = [int(c[0]) for c in children if c[3] == "r" and not c[5]]
     written_out: set[int] = set()
     if leaves and policy.expression is not None and not on_ttl_column:
-        written_out = {int(r[0]) for r in conn.execute(
-            "SELECT ttl.partitions_expired(%s, %s::oid[], %s)", (policy.relid, leaves, pred.cutoff))}
+        written_out = _written_out(conn, policy, pred, leaves)
 
     def expired(upper: str | None) -> bool:
         return upper is not None and key is not None and (
