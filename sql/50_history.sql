@@ -298,6 +298,16 @@ BEGIN
             reason := format('done: run %s finished it for this cutoff', done);
         ELSIF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = unit) THEN
             reason := 'the partition was dropped during the run';
+        ELSIF unit_action IN ('delete', 'archive', 'drop') AND unit <> tbl AND NOT EXISTS (
+                -- (read from pg_inherits: no lock taken on a partition the application holds)
+                WITH RECURSIVE up(oid) AS (
+                    SELECT unit
+                    UNION
+                    SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.oid)
+                SELECT 1 FROM up WHERE up.oid = tbl) THEN
+            -- its rows are no longer the table's: the application detached it, or attached it
+            -- to another table, since the run listed it
+            reason := 'no longer a partition of the table: detached or attached elsewhere during the run';
         END IF;
         IF reason IS NOT NULL THEN
             PERFORM ttl._release_claim(unit, ttl._claim_shared(unit_action, strategy));
@@ -324,6 +334,61 @@ BEGIN
     END IF;
     PERFORM ttl._release_claim(unit, (SELECT ttl._claim_shared(u.action, u.strategy)
                                         FROM ttl.run_unit u WHERE u.run_id = run AND u.unit_relid = unit));
+END
+$fn$;
+
+-- A partition judged removable, locked and checked to be still that partition: still
+-- attached to `parent` (not being detached) with the bound `bound` it was judged by.
+-- The application may have detached it, attached it elsewhere or renamed it (and
+-- given its name to another table) since: names are looked up by oid, and checked
+-- again once the locks are held. `how`: 'drop' locks the parent (ONLY) and the
+-- partition ACCESS EXCLUSIVE, in the order DROP and DETACH take them; 'partition' the
+-- partition alone ACCESS EXCLUSIVE (the parent's writers go on while it is judged
+-- again); 'export' the partition EXCLUSIVE NOWAIT (readers go on); 'check' takes no
+-- lock. Returns the
+-- names as they are; raises object_not_in_prerequisite_state when it changed.
+CREATE OR REPLACE FUNCTION ttl._lock_partition(part oid, parent oid, bound text, how text,
+                                               OUT nsp name, OUT rel name, OUT parent_nsp name,
+                                               OUT parent_rel name)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    same boolean;
+    was text[];
+BEGIN
+    IF how NOT IN ('drop', 'partition', 'export', 'check') THEN
+        RAISE EXCEPTION 'ttl._lock_partition: unknown lock %', how;
+    END IF;
+    FOR i IN 1 .. 2 LOOP
+        was := ARRAY[nsp, rel, parent_nsp, parent_rel];
+        SELECT n.nspname, c.relname, pn.nspname, pc.relname,
+               h.inhparent = parent AND NOT h.inhdetachpending AND pg_get_expr(c.relpartbound, 0) = bound
+          INTO nsp, rel, parent_nsp, parent_rel, same
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          LEFT JOIN pg_inherits h ON h.inhrelid = c.oid
+          LEFT JOIN pg_class pc ON pc.oid = h.inhparent
+          LEFT JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+         WHERE c.oid = part;
+        IF rel IS NULL THEN
+            RAISE EXCEPTION 'partition % was dropped during the run', part USING ERRCODE = 'undefined_table';
+        END IF;
+        -- (the second look, under the locks: a rename just before them shows here)
+        IF NOT coalesce(same, false) OR (i = 2 AND ARRAY[nsp, rel, parent_nsp, parent_rel]::text[] <> was) THEN
+            RAISE EXCEPTION 'partition % was detached, attached elsewhere, renamed or given another bound '
+                            'since this run found it expired: kept', format('%I.%I', nsp, rel)
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        EXIT WHEN i = 2 OR how = 'check';
+        IF how = 'drop' THEN
+            EXECUTE format('LOCK TABLE ONLY %I.%I IN ACCESS EXCLUSIVE MODE', parent_nsp, parent_rel);
+            EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', nsp, rel);
+        ELSIF how = 'partition' THEN
+            EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', nsp, rel);
+        ELSE
+            EXECUTE format('LOCK TABLE %I.%I IN EXCLUSIVE MODE NOWAIT', nsp, rel);
+        END IF;
+    END LOOP;
 END
 $fn$;
 

@@ -45,15 +45,24 @@ def _timeouts(ctx: UnitContext) -> None:
                      (ctx.settings.lock_timeout, ctx.settings.statement_timeout))
 
 
-def _recheck(ctx: UnitContext) -> sql.Composed:
-    """For a partition judged by the writes it received (per-row TTL): its lock, then the
+def _in_place(ctx: UnitContext, how: str) -> tuple[sql.Identifier, sql.Identifier, str]:
+    """(parent, partition, its schema) as they are named now, once the partition is locked (``how``:
+    'drop', 'partition' or 'check', sql/50_history.sql ttl._lock_partition) and checked to be still the
+    one judged: attached to the same parent with the same bound (the application may have
+    detached or renamed it, or given its name to another table, since it was listed).
+    Raises ObjectNotInPrerequisiteState when it is not."""
+    row = ctx.conn.execute("SELECT nsp, rel, parent_nsp, parent_rel FROM ttl._lock_partition(%s, %s, %s, %s)",
+                           (ctx.unit.relid, ctx.unit.parent_relid, ctx.unit.bound, how)).fetchone()
+    assert row is not None
+    return sql.Identifier(str(row[2]), str(row[3])), sql.Identifier(str(row[0]), str(row[1])), str(row[0])
+
+
+def _recheck(ctx: UnitContext) -> None:
+    """For a partition judged by the writes it received (per-row TTL), under its lock: the
     judgement again, since a write may have committed in between (sql/73_value_ttls.sql)."""
-    if not ctx.unit.recheck:
-        return sql.Composed([])
-    return sql.SQL(" LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE;"
-                   " SELECT ttl._partition_still_expired({table}, {unit}, {cutoff});").format(
-        t=ctx.unit.ident, table=sql.Literal(ctx.policy.relid), unit=sql.Literal(ctx.unit.relid),
-        cutoff=sql.Literal(ctx.pred.cutoff))
+    if ctx.unit.recheck:
+        ctx.conn.execute("SELECT ttl._partition_still_expired(%s, %s, %s)",
+                         (ctx.policy.relid, ctx.unit.relid, ctx.pred.cutoff))
 
 
 class Kept(Exception):
@@ -67,20 +76,18 @@ def _kept(ctx: UnitContext, exc: errors.ObjectNotInPrerequisiteState) -> Kept:
 
 
 def drop_partition(ctx: UnitContext) -> None:
-    """DROP TABLE, its history row and its claim's release in one transaction and one
-    round trip: several statements with no parameters go as one simple query, which
-    the server runs as one transaction."""
+    """DROP TABLE, its history row and its claim's release in one transaction, the
+    partition locked (with its parent) and checked first."""
+    conn = ctx.conn
     try:
-        ctx.conn.execute(sql.SQL(
-            "SELECT pg_catalog.set_config('lock_timeout', {lock}, true),"
-            " pg_catalog.set_config('statement_timeout', {stmt}, true);{recheck}"
-            " DROP TABLE {t};"
-            " SELECT ttl._end_unit({run}, {unit}, 'ok', NULL, true)").format(
-            lock=sql.Literal(ctx.settings.lock_timeout), stmt=sql.Literal(ctx.settings.statement_timeout),
-            recheck=_recheck(ctx), t=ctx.unit.ident, run=sql.Literal(ctx.run_id), unit=sql.Literal(ctx.unit.relid)))
+        with conn.transaction():
+            _timeouts(ctx)
+            # (judged again under the partition's lock alone: the parent's only for the DROP)
+            _parent, table, _schema = _in_place(ctx, "partition" if ctx.unit.recheck else "drop")
+            _recheck(ctx)
+            conn.execute(sql.SQL("DROP TABLE {}").format(table))
+            conn.execute("SELECT ttl._end_unit(%s, %s, 'ok', NULL, true)", (ctx.run_id, ctx.unit.relid))
     except errors.ObjectNotInPrerequisiteState as exc:
-        if not ctx.unit.recheck:
-            raise
         raise _kept(ctx, exc) from None
 
 
@@ -94,10 +101,20 @@ def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units:
     """Claim, record and drop ``units`` with one statement (ttl._drop_units). Per unit: None
     (dropped), the reason it was skipped, or 'retry' (nothing done: drop it on its own)."""
     try:
-        rows = conn.execute("SELECT unit, reason FROM ttl._drop_units(%s, %s, %s, %s, %s, %s, %s, "
-                            "pg_catalog.current_setting('search_path'))",
-                            (run_id, table, [u.relid for u in units], [u.name for u in units], cutoff,
-                             settings.lock_timeout, settings.statement_timeout)).fetchall()
+        with conn.transaction():
+            # each locked and checked to be still the partition judged (ttl._lock_partition):
+            # one that is not makes the batch go one by one, where it is skipped with the reason
+            conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true), "
+                         "pg_catalog.set_config('statement_timeout', %s, true)",
+                         (settings.lock_timeout, settings.statement_timeout))
+            conn.execute("SELECT ttl._lock_partition(u, p, b, 'drop') "
+                         "FROM ROWS FROM (pg_catalog.unnest(%s::oid[]), pg_catalog.unnest(%s::oid[]), "
+                         "pg_catalog.unnest(%s::text[])) AS x(u, p, b)",
+                         ([u.relid for u in units], [u.parent_relid for u in units], [u.bound for u in units]))
+            rows = conn.execute("SELECT unit, reason FROM ttl._drop_units(%s, %s, %s, %s, %s, %s, %s, "
+                                "pg_catalog.current_setting('search_path'))",
+                                (run_id, table, [u.relid for u in units], [u.name for u in units], cutoff,
+                                 settings.lock_timeout, settings.statement_timeout)).fetchall()
     except psycopg.Error:
         if conn.broken:
             raise
@@ -109,38 +126,50 @@ def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units:
 def detach_partition(ctx: UnitContext) -> str:
     """Detach the partition and move it to detach_schema; returns how it was detached."""
     unit, conn = ctx.unit, ctx.conn
-    assert unit.parent is not None
     how = "finalize"
-    if unit.recheck:
-        # judged again under the lock that the plain DETACH then keeps
-        how = "plain"
-        try:
-            with conn.transaction():
-                _timeouts(ctx)
-                conn.execute(_recheck(ctx))
-                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(unit.parent, unit.ident))
-        except errors.ObjectNotInPrerequisiteState as exc:
-            raise _kept(ctx, exc) from None
-    elif unit.detach_pending:
-        with conn.transaction():
-            _timeouts(ctx)
-            conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(unit.parent, unit.ident))
-    else:
-        how = "concurrently"
-        # Outside a transaction block: the session's lock_timeout/statement_timeout apply.
-        try:
-            conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} CONCURRENTLY").format(unit.parent, unit.ident))
-        except (errors.ObjectNotInPrerequisiteState, errors.FeatureNotSupported):
-            # e.g. "cannot detach partitions concurrently when a default partition exists"
+    parent, table, in_schema = unit.parent, unit.ident, unit.schema
+    try:
+        if unit.detached:
+            how = "moved"  # (detached by the run that was interrupted; where it is now, by oid)
+            row = conn.execute("SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                               " ON n.oid = c.relnamespace WHERE c.oid = %s", (unit.relid,)).fetchone()
+            if row is None:
+                raise errors.UndefinedTable("the partition was dropped during the run")
+            table, in_schema = sql.Identifier(str(row[0]), str(row[1])), str(row[0])
+        elif unit.recheck:
+            # judged again under the lock that the plain DETACH then keeps
             how = "plain"
             with conn.transaction():
                 _timeouts(ctx)
-                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(unit.parent, unit.ident))
+                parent, table, in_schema = _in_place(ctx, "partition")
+                _recheck(ctx)
+                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(parent, table))
+        elif unit.detach_pending:
+            assert parent is not None
+            with conn.transaction():
+                _timeouts(ctx)
+                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(parent, table))
+        else:
+            how = "concurrently"
+            # CONCURRENTLY cannot run in a transaction: checked just before, without a lock.
+            parent, table, in_schema = _in_place(ctx, "check")
+            # Outside a transaction block: the session's lock_timeout/statement_timeout apply.
+            try:
+                conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} CONCURRENTLY").format(parent, table))
+            except (errors.ObjectNotInPrerequisiteState, errors.FeatureNotSupported):
+                # e.g. "cannot detach partitions concurrently when a default partition exists"
+                how = "plain"
+                with conn.transaction():
+                    _timeouts(ctx)
+                    parent, table, in_schema = _in_place(ctx, "drop")
+                    conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(parent, table))
+    except errors.ObjectNotInPrerequisiteState as exc:
+        raise _kept(ctx, exc) from None
     with conn.transaction():
         _timeouts(ctx)
         schema = ctx.policy.detach_schema
-        if schema and schema != unit.schema:
-            conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(unit.ident, sql.Identifier(schema)))
+        if schema and schema != in_schema:
+            conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(table, sql.Identifier(schema)))
         conn.execute("SELECT ttl._end_unit(%s, %s, 'ok', NULL, true)", (ctx.run_id, unit.relid))
     return how
 

@@ -55,6 +55,19 @@ SELECT pt.partstrat, pt.partnatts, a.attname, tn.nspname, t.typname
   LEFT JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
  WHERE pt.partrelid = %s
 """
+# Partitions a run of this table detached but did not move to detach_schema (killed between
+# the DETACH and the move, or the move failed) and no later run finished: moved now.
+DETACHED_NOT_MOVED = """
+SELECT DISTINCT c.oid, n.nspname, c.relname
+  FROM ttl.run r
+  JOIN ttl.run_unit u ON u.run_id = r.run_id
+  JOIN pg_catalog.pg_class c ON c.oid = u.unit_relid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE r.relid = %(t)s AND u.action = 'detach' AND u.status IN ('interrupted', 'failed', 'timeout')
+   AND NOT c.relispartition AND c.relkind IN ('r', 'p') AND n.nspname <> %(schema)s
+   AND NOT EXISTS (SELECT 1 FROM ttl.run_unit l WHERE l.unit_relid = u.unit_relid AND l.run_id > u.run_id
+                                                  AND l.status = 'ok')
+"""
 # Casts between these keep the order (the engine's session runs in UTC: no DST fold).
 _TIME_TYPES = frozenset({"timestamptz", "timestamp", "date"})
 _UPPER = re.compile(r"\bTO \((.*)\)\s*$", re.S)
@@ -68,9 +81,11 @@ class Unit:
     relname: str
     action: str  # 'delete' | 'drop' | 'detach'
     parent: sql.Identifier | None = None  # the partitioned table it is removed from
+    parent_relid: int | None = None  # (its oid: the names may change during a run)
     upper: str | None = None  # upper bound, as text in the TTL column's type
     bound: str | None = None  # FOR VALUES ... as the server prints it
     detach_pending: bool = False  # an interrupted DETACH ... CONCURRENTLY to finalize
+    detached: bool = False  # detached by an interrupted run, not yet moved to detach_schema
     # judged by the writes it received (per-row TTL): judged again under the partition's lock
     recheck: bool = False
     # an archive unit: the storage tier (position) every row of this range partition has
@@ -228,10 +243,29 @@ def _adds_months(conn: psycopg.Connection[Any], expression: str) -> bool:
     return False
 
 
+def _written_out(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, leaves: list[int]) -> set[int]:
+    """The ``leaves`` whose every row and value expired by the writes they received. A
+    partition with rows from before its writes were tracked is scanned once to know them;
+    one whose scan outlasts statement_timeout (or meets a lock) is left to be expired row
+    by row this time, not the whole table's run: the others are judged one by one."""
+    try:
+        with conn.transaction():  # (a savepoint inside plan()'s transaction)
+            return {int(r[0]) for r in conn.execute("SELECT ttl.partitions_expired(%s, %s::oid[], %s)",
+                                                    (policy.relid, leaves, pred.cutoff))}
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable):
+        if len(leaves) == 1:
+            return set()
+    return {oid for leaf in leaves for oid in _written_out(conn, policy, pred, [leaf])}
+
+
 def list_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate) -> list[Unit]:
     if policy.relkind != "p":
         return [Unit(policy.relid, policy.schema, policy.relname, "delete", pages=policy.pages)]
     units: list[Unit] = []
+    if policy.partition_action == "detach" and policy.detach_schema:
+        units.extend(Unit(int(oid), str(schema), str(relname), "detach", detached=True)
+                     for oid, schema, relname in conn.execute(
+                         DETACHED_NOT_MOVED, {"t": policy.relid, "schema": policy.detach_schema}))
     _walk(conn, policy, pred, policy.relid, sql.Identifier(policy.schema, policy.relname), units)
     return units
 
@@ -261,22 +295,27 @@ def _walk(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, 
     leaves = [int(c[0]) for c in children if c[3] == "r" and not c[5]]
     written_out: set[int] = set()
     if leaves and policy.expression is not None and not on_ttl_column:
-        written_out = {int(r[0]) for r in conn.execute(
-            "SELECT ttl.partitions_expired(%s, %s::oid[], %s)", (policy.relid, leaves, pred.cutoff))}
+        written_out = _written_out(conn, policy, pred, leaves)
+
+    def expired(upper: str | None) -> bool:
+        return upper is not None and key is not None and (
+            upper in expired_bounds if policy.expression is None else bound_expired(conn, policy, pred, upper, key))
+
     for oid, schema, relname, relkind, bound, pending, pages in children:
         if relkind not in ("r", "p"):
             continue  # foreign tables are not ours to delete from
-        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, bound=bound, pages=int(pages))
+        child = Unit(int(oid), str(schema), str(relname), "delete", parent=ident, parent_relid=relid, bound=bound,
+                     pages=int(pages))
+        upper = upper_bound(bound) if on_ttl_column else None
         if pending:
-            # Ours to finish only when this policy detaches (a run was interrupted
-            # between DETACH ... CONCURRENTLY's two transactions); else leave it.
-            if policy.partition_action == "detach":
+            # Ours to finish only when this policy detaches and its bound expired (a run was
+            # interrupted between DETACH ... CONCURRENTLY's two transactions); else the
+            # application's own detach: leave it.
+            if policy.partition_action == "detach" and expired(upper):
                 child.action, child.detach_pending = "detach", True
                 units.append(child)
             continue
-        upper = upper_bound(bound) if on_ttl_column else None
-        if upper is not None and key is not None and (upper in expired_bounds if policy.expression is None
-                                                      else bound_expired(conn, policy, pred, upper, key)):
+        if expired(upper):
             child.action, child.upper = policy.partition_action, upper
             units.append(child)
         elif int(oid) in written_out:

@@ -73,8 +73,8 @@ def _whole_partitions(conn: psycopg.Connection[Any], policy: EnginePolicy, pred:
             continue  # a foreign table, or one being detached: its leaves stay units of their own
         upper = upper_bound(bound) if on_column else None
         if upper is not None and upper in tier_of:
-            out.append(Unit(int(oid), str(schema), str(relname), "archive", parent=ident, upper=upper, bound=bound,
-                            tier=tier_of[upper]))
+            out.append(Unit(int(oid), str(schema), str(relname), "archive", parent=ident, parent_relid=relid,
+                            upper=upper, bound=bound, tier=tier_of[upper]))
         elif relkind == "p":
             _whole_partitions(conn, policy, pred, whole_tiers, int(oid), sql.Identifier(str(schema), str(relname)),
                               out)
