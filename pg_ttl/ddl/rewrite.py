@@ -42,9 +42,13 @@ _DISABLE_COLUMN = "SELECT ttl.disable_column($1, $2)"
 # With the table (and an UPDATE's columns): refused where nothing keeps a TTL per write.
 _USING_TTL_INSERT = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass))"
 _USING_TTL_UPDATE = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass), CAST($3 AS name[]))"
-# CQL's USING TTL applies to its statement only: afterwards the transaction's
-# (or session's) own setting applies again.
-_USING_TTL_END = "RESET pg_ttl.row_ttl"
+# CQL's USING TTL applies to its statement only: afterwards the override the
+# transaction (or session) had before applies again. RESET would not do: it
+# drops a transaction's override and, committed, the session's too.
+_USING_TTL_SAVE = ("SELECT pg_catalog.set_config('pg_ttl.row_ttl_before', "
+                   "COALESCE(pg_catalog.current_setting('pg_ttl.row_ttl', true), ''), true)")
+_USING_TTL_END = ("SELECT pg_catalog.set_config('pg_ttl.row_ttl', "
+                  "pg_catalog.current_setting('pg_ttl.row_ttl_before'), true)")
 # ALTER TABLE IF EXISTS: a missing table is skipped, as PostgreSQL does ($1 is
 # then pg_catalog.to_regclass('table')).
 _IF_TABLE = " WHERE $1 IS NOT NULL"
@@ -240,6 +244,7 @@ def _rewrite_using_ttl(st: Statement, stmt: ast.Node, clauses: Sequence[_Clause]
     if stmt.relation is None:
         raise OptionError("USING TTL needs the statement's table")
     table = _relation_text(stmt.relation)
+    _emit(st, _build(_USING_TTL_SAVE))
     if isinstance(stmt, ast.InsertStmt):
         _emit(st, _build(_USING_TTL_INSERT, f"{clause.seconds} seconds", table))
     else:

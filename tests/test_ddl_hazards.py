@@ -1,0 +1,31 @@
+"""TTL DDL hazards found in review: each test names what once went wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from pg_ttl.ddl.apply import apply
+
+Conn = psycopg.Connection[Any]
+
+
+def _ttls(conn: Conn) -> dict[int, float]:
+    rows = conn.execute("SELECT id, ttl.expires_at(p) - ttl.write_time(p) FROM pv p").fetchall()
+    return {i: d.total_seconds() for i, d in rows}
+
+
+def test_using_ttl_keeps_the_callers_own_setting_for_later_writes(db: Conn) -> None:
+    """USING TTL applies to its statement only: the override the session or the
+    transaction set before it applies again to the writes after it."""
+    db.execute("CREATE TABLE pv (id int PRIMARY KEY, views int)")
+    apply(db, "ALTER TABLE pv SET (default_time_to_live = 3600)")
+    db.commit()
+    db.execute("SELECT ttl.using_ttl('20 seconds', false)")  # for the session
+    apply(db, "INSERT INTO pv VALUES (1, 1) USING TTL 10; INSERT INTO pv VALUES (2, 2);")
+    db.execute("SELECT ttl.using_ttl('30 seconds')")  # for this transaction
+    apply(db, "INSERT INTO pv VALUES (3, 3) USING TTL 10; INSERT INTO pv VALUES (4, 4);")
+    db.commit()
+    db.execute("INSERT INTO pv VALUES (5, 5)")
+    assert _ttls(db) == {1: 10, 2: 20, 3: 10, 4: 30, 5: 20}
