@@ -29,3 +29,24 @@ def test_using_ttl_keeps_the_callers_own_setting_for_later_writes(db: Conn) -> N
     db.commit()
     db.execute("INSERT INTO pv VALUES (5, 5)")
     assert _ttls(db) == {1: 10, 2: 20, 3: 10, 4: 30, 5: 20}
+
+
+def _columns(conn: Conn, table: str) -> list[str]:
+    rows = conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                        "AND NOT attisdropped ORDER BY attnum", (table,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_reset_ttl_of_a_per_row_ttl_with_a_queue(db: Conn) -> None:
+    """RESET (ttl), or a TTL column instead, on a per-row TTL table with an
+    expiration queue: the queue goes with the columns it read, no error."""
+    db.execute("CREATE TABLE q (id int PRIMARY KEY, at timestamptz)")
+    db.execute("CREATE TABLE r (id int PRIMARY KEY, at timestamptz)")
+    apply(db, "ALTER TABLE q SET (ttl_expire_after = '1 day', ttl_queue_shards = 2);"
+              "ALTER TABLE r SET (ttl_expire_after = '1 day', ttl_queue_shards = 2);")
+    db.commit()
+    assert len(_columns(db, "q")) > 2
+    apply(db, "ALTER TABLE q RESET (ttl); ALTER TABLE r SET (ttl_column = 'at')")
+    assert _columns(db, "q") == ["id", "at"] and _columns(db, "r") == ["id", "at"]
+    assert db.execute("SELECT relid::regclass::text, queue_shards FROM ttl.policy").fetchall() == [("r", 2)]
+    assert db.execute("SELECT relid::regclass::text FROM ttl.queue").fetchall() == [("r",)]
