@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 
+from pg_ttl.ddl import rewrite
 from pg_ttl.ddl.apply import apply
 
 Conn = psycopg.Connection[Any]
@@ -50,3 +51,11 @@ def test_reset_ttl_of_a_per_row_ttl_with_a_queue(db: Conn) -> None:
     assert _columns(db, "q") == ["id", "at"] and _columns(db, "r") == ["id", "at"]
     assert db.execute("SELECT relid::regclass::text, queue_shards FROM ttl.policy").fetchall() == [("r", 2)]
     assert db.execute("SELECT relid::regclass::text FROM ttl.queue").fetchall() == [("r",)]
+
+
+def test_using_ttl_reads_every_integer_literal_postgresql_scans() -> None:
+    """0x10, 0o20, 0b10000 and 1_6 are integers to PostgreSQL's scanner: no Python
+    traceback, the seconds they stand for."""
+    for literal in ("0x10", "0o20", "0b10000", "1_6", "16"):
+        out = rewrite(f"INSERT INTO t VALUES (1) USING TTL {literal};")
+        assert "CAST('16 seconds' AS interval)" in out, literal

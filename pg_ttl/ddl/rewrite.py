@@ -210,7 +210,10 @@ def _find_using_ttl(sql: str, tokens: Sequence[Any], filename: str, lines: _Line
             line, column = lines.position(tok.start)
             raise TtlDdlError(f"USING TTL needs a whole number of seconds (0 = never expires), got '{shown}'",
                               filename, line, column, hint="e.g. INSERT ... USING TTL 86400")
-        found.append(_Clause(tok.start, value.end + 1, int(sql[value.start:value.end + 1])))
+        text = sql[value.start:value.end + 1]
+        # PostgreSQL's integer literals: decimal, or 0x / 0o / 0b (with '_' between digits).
+        found.append(_Clause(tok.start, value.end + 1, int(text, 0) if text[:2].lower() in ("0x", "0o", "0b")
+                             else int(text)))
     return found
 
 
