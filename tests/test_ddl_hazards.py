@@ -59,3 +59,17 @@ def test_using_ttl_reads_every_integer_literal_postgresql_scans() -> None:
     for literal in ("0x10", "0o20", "0b10000", "1_6", "16"):
         out = rewrite(f"INSERT INTO t VALUES (1) USING TTL {literal};")
         assert "CAST('16 seconds' AS interval)" in out, literal
+
+
+def test_ydb_clause_takes_column_and_storage_names_that_are_keywords(db: Conn, tmp_path: Any) -> None:
+    """ON at, ON key, TO EXTERNAL DATA SOURCE data: names PostgreSQL takes unquoted
+    (unreserved keywords) are names in YDB's clause too."""
+    db.execute("SELECT ttl.create_storage('data', %s)", (f"file://{tmp_path}",))
+    db.execute("CREATE TABLE y (id int PRIMARY KEY, at timestamptz, key bigint)")
+    db.execute("CREATE TABLE z (id int PRIMARY KEY, at timestamptz)")
+    apply(db, 'ALTER TABLE y SET (TTL = Interval("PT1H") ON key AS SECONDS);\n'
+              'ALTER TABLE z SET (TTL = Interval("P1D") TO EXTERNAL DATA SOURCE data, Interval("P30D") DELETE ON At);')
+    got = dict(db.execute("SELECT relid::regclass::text, ttl_column FROM ttl.policies").fetchall())
+    assert got == {"y": "key", "z": "at"}
+    tiers = db.execute("SELECT value FROM ttl.describe('z') WHERE option = 'ttl_tiers'").fetchone()
+    assert tiers == ("1 day TO data",)
