@@ -73,3 +73,16 @@ def test_ydb_clause_takes_column_and_storage_names_that_are_keywords(db: Conn, t
     assert got == {"y": "key", "z": "at"}
     tiers = db.execute("SELECT value FROM ttl.describe('z') WHERE option = 'ttl_tiers'").fetchone()
     assert tiers == ("1 day TO data",)
+
+
+def test_set_and_reset_in_one_alter_switch_a_column_ttl_to_an_expression(db: Conn) -> None:
+    """SET and RESET of one ALTER TABLE make one change: the options reset are gone
+    when the ones set are checked, as in the final state the statement asks for."""
+    db.execute("CREATE TABLE s (id int PRIMARY KEY, at timestamptz)")
+    apply(db, "ALTER TABLE s SET (ttl_expire_after = '1 day', ttl_column = 'at', ttl_delete_batch_size = 7)")
+    apply(db, "ALTER TABLE s SET (ttl_expiration_expression = 'at + interval ''2 days'''), "
+              "RESET (ttl_column, ttl_expire_after, ttl_delete_batch_size)")
+    got = dict(db.execute("SELECT option, value FROM ttl.describe('s')").fetchall())
+    assert got["ttl_expiration_expression"] == "at + interval '2 days'"
+    assert (got["ttl_column"], got["ttl_expire_after"], got["ttl_delete_batch_size"]) == (None, None, "1000")
+    assert _columns(db, "s") == ["id", "at"]

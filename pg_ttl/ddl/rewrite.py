@@ -35,6 +35,12 @@ _SET_OPTIONS = "SELECT ttl.set_options($1, CAST($2 AS jsonb))"
 _SET_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT EXISTS "
                        "(SELECT 1 FROM ttl.policies WHERE relid = CAST($1 AS regclass))")
 _RESET_OPTIONS = "SELECT ttl.reset_options($1, VARIADIC CAST($2 AS text[]))"
+# SET and RESET in one ALTER TABLE: one change, so that what is reset is gone
+# when what is set is checked (ttl_column reset, ttl_expiration_expression set).
+# The options reset take their defaults from the database's registry.
+_SET_AND_RESET_OPTIONS = ("SELECT ttl.set_options($1, CAST($2 AS jsonb) || COALESCE("
+                          "(SELECT pg_catalog.jsonb_object_agg(o.name, o.default_value) FROM ttl.options AS o "
+                          "WHERE o.name = ANY (CAST($3 AS text[]))), CAST('{}' AS jsonb)))")
 _DISABLE = "SELECT ttl.disable($1)"
 _ENABLE_COLUMN = "SELECT ttl.enable_column($1, $2, $3)"
 _ENABLE_COLUMN_RELATIVE = "SELECT ttl.enable_column($1, $2, $3, $4)"
@@ -399,21 +405,26 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
         assert isinstance(select, ast.SelectStmt) and select.targetList
         target = select.targetList[0].val
     calls: list[ast.Node] = []
-    if set_elems:
-        values = _set_values(set_elems)
-        if values or not reset_elems:
-            calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
-    if reset_elems:
-        keys = _reset_keys(reset_elems)
-        if "ttl" in keys:
-            if len(keys) > 1 or set_elems:
-                raise OptionError("RESET (ttl) removes the whole TTL; give it without other TTL options")
-            calls.append(_build(_DISABLE + where, target))
-        else:
-            both = set(keys) & set(_set_values(set_elems)) if set_elems else set()
-            if both:
-                raise OptionError(f"option {opts.label(sorted(both)[0])} is both set and reset")
-            calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
+    values = _set_values(set_elems) if set_elems else {}
+    keys = _reset_keys(reset_elems) if reset_elems else []
+    if "ttl" in keys:
+        if len(keys) > 1 or set_elems:
+            raise OptionError("RESET (ttl) removes the whole TTL; give it without other TTL options")
+        calls.append(_build(_DISABLE + where, target))
+    elif values and keys:
+        both = set(keys) & set(values)
+        if both:
+            raise OptionError(f"option {opts.label(sorted(both)[0])} is both set and reset")
+        # Tiers and orphan options are not in the table's registry: reset on their own, first.
+        apart = [k for k in keys if k not in opts.OPTIONS]
+        if apart:
+            calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(apart) + "}"))
+        calls.append(_build(_SET_AND_RESET_OPTIONS + where, target, json.dumps(values),
+                            "{" + ",".join(k for k in keys if k in opts.OPTIONS) + "}"))
+    elif keys:
+        calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
+    elif set_elems:
+        calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
     for kind, *args in column_calls:
         if kind == "disable":
             template = _DISABLE_COLUMN
