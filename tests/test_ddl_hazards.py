@@ -86,3 +86,19 @@ def test_set_and_reset_in_one_alter_switch_a_column_ttl_to_an_expression(db: Con
     assert got["ttl_expiration_expression"] == "at + interval '2 days'"
     assert (got["ttl_column"], got["ttl_expire_after"], got["ttl_delete_batch_size"]) == (None, None, "1000")
     assert _columns(db, "s") == ["id", "at"]
+
+
+def test_reset_ttl_and_drop_its_column_in_one_alter(db: Conn) -> None:
+    """RESET (ttl) with DROP COLUMN of the TTL column in one ALTER TABLE: the TTL
+    goes first, then the column (it was refused: the column was dropped first)."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, at timestamptz, c text)")
+    apply(db, "ALTER TABLE t SET (ttl_expire_after = '1 day', ttl_column = 'at'), "
+              "ALTER COLUMN c SET (ttl_expire_after = '1 hour')")
+    apply(db, "ALTER TABLE t RESET (ttl), DROP COLUMN at")
+    assert _columns(db, "t") == ["id", "c"]
+    assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)
+    apply(db, "ALTER TABLE t ADD COLUMN at timestamptz, SET (ttl_expire_after = '1 day', ttl_column = 'at'), "
+              "ALTER COLUMN c SET (ttl_expire_after = '1 hour')")
+    apply(db, "ALTER TABLE t ALTER COLUMN c RESET (ttl), DROP COLUMN c")
+    assert _columns(db, "t") == ["id", "at"]
+    assert db.execute("SELECT count(*) FROM ttl.column_policy").fetchone() == (0,)

@@ -404,13 +404,17 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
         select = _build("SELECT pg_catalog.to_regclass($1)", table)
         assert isinstance(select, ast.SelectStmt) and select.targetList
         target = select.targetList[0].val
+    # What removes TTL runs before the statement's other commands (RESET (ttl),
+    # DROP COLUMN at: the column is no longer the policy's), what sets it after
+    # them (ADD COLUMN at, SET (ttl_column = 'at')).
+    before: list[ast.Node] = []
     calls: list[ast.Node] = []
     values = _set_values(set_elems) if set_elems else {}
     keys = _reset_keys(reset_elems) if reset_elems else []
     if "ttl" in keys:
         if len(keys) > 1 or set_elems:
             raise OptionError("RESET (ttl) removes the whole TTL; give it without other TTL options")
-        calls.append(_build(_DISABLE + where, target))
+        before.append(_build(_DISABLE + where, target))
     elif values and keys:
         both = set(keys) & set(values)
         if both:
@@ -418,19 +422,21 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
         # Tiers and orphan options are not in the table's registry: reset on their own, first.
         apart = [k for k in keys if k not in opts.OPTIONS]
         if apart:
-            calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(apart) + "}"))
+            before.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(apart) + "}"))
         calls.append(_build(_SET_AND_RESET_OPTIONS + where, target, json.dumps(values),
                             "{" + ",".join(k for k in keys if k in opts.OPTIONS) + "}"))
     elif keys:
-        calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
+        before.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
     elif set_elems:
         calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
     for kind, *args in column_calls:
         if kind == "disable":
-            template = _DISABLE_COLUMN
+            before.append(_build(_DISABLE_COLUMN + where, target, *args))
         else:
             template = _ENABLE_COLUMN_RELATIVE if len(args) == 3 else _ENABLE_COLUMN
-        calls.append(_build(template + where, target, *args))
+            calls.append(_build(template + where, target, *args))
+    for call in before:
+        _emit(st, call)
     if kept:
         stmt.cmds = tuple(kept)
         _emit(st, stmt)
