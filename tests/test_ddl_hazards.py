@@ -102,3 +102,16 @@ def test_reset_ttl_and_drop_its_column_in_one_alter(db: Conn) -> None:
     apply(db, "ALTER TABLE t ALTER COLUMN c RESET (ttl), DROP COLUMN c")
     assert _columns(db, "t") == ["id", "at"]
     assert db.execute("SELECT count(*) FROM ttl.column_policy").fetchone() == (0,)
+
+
+def test_iso_durations_with_an_empty_time_part_are_what_the_sql_api_takes(db: Conn) -> None:
+    """'P1DT' and 'PT' (0) are intervals to PostgreSQL, so to ttl.enable: TTL DDL
+    takes them too, with the same value."""
+    db.execute("CREATE TABLE a (id int PRIMARY KEY, at timestamptz)")
+    db.execute("CREATE TABLE b (id int PRIMARY KEY, at timestamptz)")
+    db.execute("SELECT ttl.enable('a', expire_after => 'P1DT', column_name => 'at')")
+    apply(db, "ALTER TABLE b SET (ttl_expire_after = 'P1DT', ttl_column = 'at')")
+    query = "SELECT relid::regclass::text, expire_after::text FROM ttl.policy ORDER BY 1"
+    assert db.execute(query).fetchall() == [("a", "1 day"), ("b", "1 day")]
+    apply(db, "ALTER TABLE b SET (ttl_expire_after = 'PT')")
+    assert db.execute(query).fetchall() == [("a", "1 day"), ("b", "00:00:00")]
