@@ -115,3 +115,18 @@ def test_iso_durations_with_an_empty_time_part_are_what_the_sql_api_takes(db: Co
     assert db.execute(query).fetchall() == [("a", "1 day"), ("b", "1 day")]
     apply(db, "ALTER TABLE b SET (ttl_expire_after = 'PT')")
     assert db.execute(query).fetchall() == [("a", "1 day"), ("b", "00:00:00")]
+
+
+def test_create_table_with_an_orphan_policy_alone(db: Conn) -> None:
+    """CREATE TABLE ... WITH (ttl_orphan_...) gives the new table its orphan policy, as
+    ALTER TABLE ... SET does (it was refused: no ttl_expire_after); IF NOT EXISTS
+    leaves an existing table's orphan policy as it is."""
+    db.execute("CREATE TABLE metadata (hash int PRIMARY KEY)")
+    apply(db, "CREATE TABLE data (hash int, at timestamptz) "
+              "WITH (ttl_orphan_of = 'metadata(hash)', ttl_orphan_key = 'hash', ttl_orphan_min_age = '1 hour');\n"
+              "CREATE TABLE IF NOT EXISTS data (hash int) "
+              "WITH (ttl_orphan_of = 'metadata(hash)', ttl_orphan_key = 'hash', ttl_orphan_min_age = '2 hours');")
+    got = dict(db.execute("SELECT option, value FROM ttl.describe('data')").fetchall())
+    assert (got["ttl_orphan_of"], got["ttl_orphan_key"], got["ttl_orphan_min_age"]) == (
+        "public.metadata(hash)", "hash", "01:00:00")
+    assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)

@@ -34,6 +34,9 @@ from pg_ttl.ddl.options import OptionError
 _SET_OPTIONS = "SELECT ttl.set_options($1, CAST($2 AS jsonb))"
 _SET_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT EXISTS "
                        "(SELECT 1 FROM ttl.policies WHERE relid = CAST($1 AS regclass))")
+# Orphan options alone (docs/orphans.md): the table's orphan policy is what must not exist yet.
+_SET_ORPHAN_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT EXISTS "
+                              "(SELECT 1 FROM ttl.orphan_policy WHERE relid = CAST($1 AS regclass))")
 _RESET_OPTIONS = "SELECT ttl.reset_options($1, VARIADIC CAST($2 AS text[]))"
 # SET and RESET in one ALTER TABLE: one change, so that what is reset is gone
 # when what is set is checked (ttl_column reset, ttl_expiration_expression set).
@@ -354,11 +357,15 @@ def _rewrite_create(st: Statement, stmt: ast.Node, rel: ast.RangeVar, holder: as
         raise OptionError("TTL is set on the partitioned table, not on a partition",
                           hint="every partition follows the partitioned table's TTL")
     values = _set_values(ttl)
-    if "expire_after" not in values and "expiration_expression" not in values:
+    # An orphan policy stands on its own; every other option belongs to the table's TTL.
+    orphans_only = bool(values) and all(k in opts.ORPHAN_OPTIONS for k in values)
+    if not orphans_only and "expire_after" not in values and "expiration_expression" not in values:
         raise OptionError('"ttl_expire_after" and/or "ttl_expiration_expression" must be set')
     holder.options = tuple(real) or None
     table = _relation_text(rel)
-    call = _SET_OPTIONS_IF_NEW if if_not_exists else _SET_OPTIONS
+    call = _SET_OPTIONS
+    if if_not_exists:
+        call = _SET_ORPHAN_OPTIONS_IF_NEW if orphans_only else _SET_OPTIONS_IF_NEW
     _emit(st, stmt)
     _emit(st, _build(call, table, json.dumps(values)))
     st.changed = True
