@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
-from pg_ttl.ddl import rewrite
+from pg_ttl.ddl import TtlDdlError, rewrite
 from pg_ttl.ddl.apply import apply
 
 Conn = psycopg.Connection[Any]
@@ -130,3 +131,10 @@ def test_create_table_with_an_orphan_policy_alone(db: Conn) -> None:
     assert (got["ttl_orphan_of"], got["ttl_orphan_key"], got["ttl_orphan_min_age"]) == (
         "public.metadata(hash)", "hash", "01:00:00")
     assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)
+
+
+def test_a_column_ttl_both_set_and_reset_in_one_alter_is_refused() -> None:
+    """Removals run before settings: a column's TTL set and reset in one statement
+    has no order to keep, so it is refused like a table option set and reset."""
+    with pytest.raises(TtlDdlError, match='column "c": its TTL is both set and reset'):
+        rewrite("ALTER TABLE t ALTER COLUMN c SET (ttl_expire_after = '1 day'), ALTER COLUMN c RESET (ttl)")

@@ -436,6 +436,10 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
         before.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
     elif set_elems:
         calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
+    seen: dict[str, str] = {}
+    for kind, column, *_ in column_calls:
+        if seen.setdefault(column, kind) != kind:
+            raise OptionError(f'column "{column}": its TTL is both set and reset')
     for kind, *args in column_calls:
         if kind == "disable":
             before.append(_build(_DISABLE_COLUMN + where, target, *args))
