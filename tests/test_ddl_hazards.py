@@ -138,3 +138,14 @@ def test_a_column_ttl_both_set_and_reset_in_one_alter_is_refused() -> None:
     has no order to keep, so it is refused like a table option set and reset."""
     with pytest.raises(TtlDdlError, match='column "c": its TTL is both set and reset'):
         rewrite("ALTER TABLE t ALTER COLUMN c SET (ttl_expire_after = '1 day'), ALTER COLUMN c RESET (ttl)")
+
+
+def test_an_expression_that_closes_the_check_select_is_refused(db: Conn) -> None:
+    """An expiration expression is one expression: text that ends the database
+    check's own SELECT and adds a UNION is refused, by the SQL API as by TTL DDL."""
+    db.execute("CREATE TABLE s (id int PRIMARY KEY, expire_at timestamptz)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="must be a single expression"):
+        db.execute("SELECT ttl.enable('s', expiration_expression => %s)",
+                   ("expire_at) AS expiry FROM ONLY s UNION ALL SELECT (now()",))
+    db.rollback()
+    assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)
