@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pg_ttl.alembic_ops import enable_sql, ttl_ddl
 from pg_ttl.ddl import TtlDdlError, rewrite
 from pg_ttl.ddl.apply import apply
 
@@ -149,3 +150,13 @@ def test_an_expression_that_closes_the_check_select_is_refused(db: Conn) -> None
                    ("expire_at) AS expiry FROM ONLY s UNION ALL SELECT (now()",))
     db.rollback()
     assert db.execute("SELECT count(*) FROM ttl.policy").fetchone() == (0,)
+
+
+def test_alembic_ops_take_column_name_as_the_same_option_as_column(db: Conn) -> None:
+    """column_name is accepted everywhere as the option column (docs/sql-api.md):
+    alembic's enable_ttl and alter_ttl too."""
+    db.execute("CREATE TABLE e (id int PRIMARY KEY, at timestamptz, at2 timestamptz)")
+    apply(db, enable_sql("e", None, {"expire_after": "1 day", "column_name": "at"}))
+    assert db.execute("SELECT ttl_column FROM ttl.policies").fetchone() == ("at",)
+    apply(db, ttl_ddl("e", None, {"ttl_column_name": "at2"}))
+    assert db.execute("SELECT ttl_column FROM ttl.policies").fetchone() == ("at2",)
