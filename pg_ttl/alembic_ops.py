@@ -30,7 +30,7 @@ from pglast import ast
 from pglast.enums import AlterTableType, CoercionForm, ObjectType
 from pglast.stream import RawStream
 
-from pg_ttl.ddl.options import OPTIONS, OptionError, check
+from pg_ttl.ddl.options import ALIASES, OPTIONS, OptionError, check
 from pg_ttl.ddl.rewrite import rewrite_statements
 
 __all__ = ["AlterTTLOp", "DisableTTLOp", "EnableTTLOp", "ExecuteTTLOp", "enable_sql", "execute_ttl_ddl", "ttl_ddl"]
@@ -38,6 +38,7 @@ __all__ = ["AlterTTLOp", "DisableTTLOp", "EnableTTLOp", "ExecuteTTLOp", "enable_
 
 def _key(name: str) -> str:
     key = name.lower().removeprefix("ttl_")
+    key = ALIASES.get(key, key)  # column_name: the same option as column, as everywhere else
     if key not in OPTIONS:
         raise ValueError(f"unknown TTL option {name!r}; accepted: {', '.join(OPTIONS)}")
     return key

@@ -127,6 +127,11 @@ BEGIN
         RETURN format('is not a valid expression over the table''s columns: %s', SQLERRM);
     END;
     PERFORM set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- 'x) AS expiry FROM ONLY t UNION ALL SELECT (y' closes the check's own SELECT
+    -- and makes a valid view: more than one expression, which the engine cannot use.
+    IF tree ~ ':setOperations \{' THEN
+        RETURN 'must be a single expression';
+    END IF;
     IF tree ~ ':(hasAggs|hasWindowFuncs|hasTargetSRFs|hasSubLinks) true' THEN
         RETURN 'must not contain subqueries, aggregates, window or set-returning functions';
     END IF;

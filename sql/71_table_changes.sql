@@ -310,6 +310,9 @@ BEGIN
             PERFORM ttl._strict_sync(tbl);  -- strict objects first: they may read the columns about to go
         END IF;
         IF old_p.row_expiry_attnum IS NOT NULL AND (new_p.relid IS NULL OR new_p.row_expiry_attnum IS NULL) THEN
+            IF coalesce(old_p.queue_shards, 0) > 0 THEN
+                PERFORM ttl._queue_sync(tbl);  -- the queue's triggers read the columns about to go
+            END IF;
             PERFORM ttl._sync_table(tbl);
             PERFORM ttl._drop_added_column(tbl, old_p.row_expiry_attnum);
             PERFORM ttl._drop_added_column(tbl, old_p.row_write_attnum);

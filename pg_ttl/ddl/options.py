@@ -284,7 +284,8 @@ def _iso_seconds(s: str) -> float | None:
     if _ISO_ALTERNATIVE.fullmatch(s) or _ISO_BARE.fullmatch(s):
         return None
     m = _ISO_DESIGNATORS.fullmatch(s)
-    if m is None or not any(m.groupdict().values()) or s.upper().endswith("T"):
+    # PostgreSQL reads a 'T' with no time after it ('P1DT', 'PT': 0) as nothing more; 'P' alone it refuses.
+    if m is None or s.upper() == "P":
         raise ValueError("not an ISO 8601 duration")
     scale = {"y": 360 * 86400, "mo": 30 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "mi": 60, "s": 1}
     return sum(float(v) * scale[k] for k, v in m.groupdict().items() if v is not None)

@@ -34,7 +34,16 @@ from pg_ttl.ddl.options import OptionError
 _SET_OPTIONS = "SELECT ttl.set_options($1, CAST($2 AS jsonb))"
 _SET_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT EXISTS "
                        "(SELECT 1 FROM ttl.policies WHERE relid = CAST($1 AS regclass))")
+# Orphan options alone (docs/orphans.md): the table's orphan policy is what must not exist yet.
+_SET_ORPHAN_OPTIONS_IF_NEW = ("SELECT ttl.set_options($1, CAST($2 AS jsonb)) WHERE NOT EXISTS "
+                              "(SELECT 1 FROM ttl.orphan_policy WHERE relid = CAST($1 AS regclass))")
 _RESET_OPTIONS = "SELECT ttl.reset_options($1, VARIADIC CAST($2 AS text[]))"
+# SET and RESET in one ALTER TABLE: one change, so that what is reset is gone
+# when what is set is checked (ttl_column reset, ttl_expiration_expression set).
+# The options reset take their defaults from the database's registry.
+_SET_AND_RESET_OPTIONS = ("SELECT ttl.set_options($1, CAST($2 AS jsonb) || COALESCE("
+                          "(SELECT pg_catalog.jsonb_object_agg(o.name, o.default_value) FROM ttl.options AS o "
+                          "WHERE o.name = ANY (CAST($3 AS text[]))), CAST('{}' AS jsonb)))")
 _DISABLE = "SELECT ttl.disable($1)"
 _ENABLE_COLUMN = "SELECT ttl.enable_column($1, $2, $3)"
 _ENABLE_COLUMN_RELATIVE = "SELECT ttl.enable_column($1, $2, $3, $4)"
@@ -42,9 +51,13 @@ _DISABLE_COLUMN = "SELECT ttl.disable_column($1, $2)"
 # With the table (and an UPDATE's columns): refused where nothing keeps a TTL per write.
 _USING_TTL_INSERT = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass))"
 _USING_TTL_UPDATE = "SELECT ttl.using_ttl(CAST($1 AS interval), CAST($2 AS regclass), CAST($3 AS name[]))"
-# CQL's USING TTL applies to its statement only: afterwards the transaction's
-# (or session's) own setting applies again.
-_USING_TTL_END = "RESET pg_ttl.row_ttl"
+# CQL's USING TTL applies to its statement only: afterwards the override the
+# transaction (or session) had before applies again. RESET would not do: it
+# drops a transaction's override and, committed, the session's too.
+_USING_TTL_SAVE = ("SELECT pg_catalog.set_config('pg_ttl.row_ttl_before', "
+                   "COALESCE(pg_catalog.current_setting('pg_ttl.row_ttl', true), ''), true)")
+_USING_TTL_END = ("SELECT pg_catalog.set_config('pg_ttl.row_ttl', "
+                  "pg_catalog.current_setting('pg_ttl.row_ttl_before'), true)")
 # ALTER TABLE IF EXISTS: a missing table is skipped, as PostgreSQL does ($1 is
 # then pg_catalog.to_regclass('table')).
 _IF_TABLE = " WHERE $1 IS NOT NULL"
@@ -206,7 +219,10 @@ def _find_using_ttl(sql: str, tokens: Sequence[Any], filename: str, lines: _Line
             line, column = lines.position(tok.start)
             raise TtlDdlError(f"USING TTL needs a whole number of seconds (0 = never expires), got '{shown}'",
                               filename, line, column, hint="e.g. INSERT ... USING TTL 86400")
-        found.append(_Clause(tok.start, value.end + 1, int(sql[value.start:value.end + 1])))
+        text = sql[value.start:value.end + 1]
+        # PostgreSQL's integer literals: decimal, or 0x / 0o / 0b (with '_' between digits).
+        found.append(_Clause(tok.start, value.end + 1, int(text, 0) if text[:2].lower() in ("0x", "0o", "0b")
+                             else int(text)))
     return found
 
 
@@ -240,6 +256,7 @@ def _rewrite_using_ttl(st: Statement, stmt: ast.Node, clauses: Sequence[_Clause]
     if stmt.relation is None:
         raise OptionError("USING TTL needs the statement's table")
     table = _relation_text(stmt.relation)
+    _emit(st, _build(_USING_TTL_SAVE))
     if isinstance(stmt, ast.InsertStmt):
         _emit(st, _build(_USING_TTL_INSERT, f"{clause.seconds} seconds", table))
     else:
@@ -340,11 +357,15 @@ def _rewrite_create(st: Statement, stmt: ast.Node, rel: ast.RangeVar, holder: as
         raise OptionError("TTL is set on the partitioned table, not on a partition",
                           hint="every partition follows the partitioned table's TTL")
     values = _set_values(ttl)
-    if "expire_after" not in values and "expiration_expression" not in values:
+    # An orphan policy stands on its own; every other option belongs to the table's TTL.
+    orphans_only = bool(values) and all(k in opts.ORPHAN_OPTIONS for k in values)
+    if not orphans_only and "expire_after" not in values and "expiration_expression" not in values:
         raise OptionError('"ttl_expire_after" and/or "ttl_expiration_expression" must be set')
     holder.options = tuple(real) or None
     table = _relation_text(rel)
-    call = _SET_OPTIONS_IF_NEW if if_not_exists else _SET_OPTIONS
+    call = _SET_OPTIONS
+    if if_not_exists:
+        call = _SET_ORPHAN_OPTIONS_IF_NEW if orphans_only else _SET_OPTIONS_IF_NEW
     _emit(st, stmt)
     _emit(st, _build(call, table, json.dumps(values)))
     st.changed = True
@@ -390,28 +411,43 @@ def _rewrite_alter(st: Statement, stmt: ast.AlterTableStmt) -> None:
         select = _build("SELECT pg_catalog.to_regclass($1)", table)
         assert isinstance(select, ast.SelectStmt) and select.targetList
         target = select.targetList[0].val
+    # What removes TTL runs before the statement's other commands (RESET (ttl),
+    # DROP COLUMN at: the column is no longer the policy's), what sets it after
+    # them (ADD COLUMN at, SET (ttl_column = 'at')).
+    before: list[ast.Node] = []
     calls: list[ast.Node] = []
-    if set_elems:
-        values = _set_values(set_elems)
-        if values or not reset_elems:
-            calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
-    if reset_elems:
-        keys = _reset_keys(reset_elems)
-        if "ttl" in keys:
-            if len(keys) > 1 or set_elems:
-                raise OptionError("RESET (ttl) removes the whole TTL; give it without other TTL options")
-            calls.append(_build(_DISABLE + where, target))
-        else:
-            both = set(keys) & set(_set_values(set_elems)) if set_elems else set()
-            if both:
-                raise OptionError(f"option {opts.label(sorted(both)[0])} is both set and reset")
-            calls.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
+    values = _set_values(set_elems) if set_elems else {}
+    keys = _reset_keys(reset_elems) if reset_elems else []
+    if "ttl" in keys:
+        if len(keys) > 1 or set_elems:
+            raise OptionError("RESET (ttl) removes the whole TTL; give it without other TTL options")
+        before.append(_build(_DISABLE + where, target))
+    elif values and keys:
+        both = set(keys) & set(values)
+        if both:
+            raise OptionError(f"option {opts.label(sorted(both)[0])} is both set and reset")
+        # Tiers and orphan options are not in the table's registry: reset on their own, first.
+        apart = [k for k in keys if k not in opts.OPTIONS]
+        if apart:
+            before.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(apart) + "}"))
+        calls.append(_build(_SET_AND_RESET_OPTIONS + where, target, json.dumps(values),
+                            "{" + ",".join(k for k in keys if k in opts.OPTIONS) + "}"))
+    elif keys:
+        before.append(_build(_RESET_OPTIONS + where, target, "{" + ",".join(keys) + "}"))
+    elif set_elems:
+        calls.append(_build(_SET_OPTIONS + where, target, json.dumps(values)))
+    seen: dict[str, str] = {}
+    for kind, column, *_ in column_calls:
+        if seen.setdefault(column, kind) != kind:
+            raise OptionError(f'column "{column}": its TTL is both set and reset')
     for kind, *args in column_calls:
         if kind == "disable":
-            template = _DISABLE_COLUMN
+            before.append(_build(_DISABLE_COLUMN + where, target, *args))
         else:
             template = _ENABLE_COLUMN_RELATIVE if len(args) == 3 else _ENABLE_COLUMN
-        calls.append(_build(template + where, target, *args))
+            calls.append(_build(template + where, target, *args))
+    for call in before:
+        _emit(st, call)
     if kept:
         stmt.cmds = tuple(kept)
         _emit(st, stmt)

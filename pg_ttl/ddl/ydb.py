@@ -59,6 +59,12 @@ def translate(sql: str, filename: str = "<input>") -> str:
     return "".join(out)
 
 
+def _is_name(t: Any) -> bool:
+    """A column or storage name as PostgreSQL takes one unquoted (ColId): an identifier,
+    or a keyword that is not reserved ("at", "key", "data", "timestamp" ...)."""
+    return t.name == "IDENT" or t.kind in ("UNRESERVED_KEYWORD", "COL_NAME_KEYWORD")
+
+
 def _word(sql: str, t: Any) -> str:
     return sql[t.start:t.end + 1]
 
@@ -93,7 +99,7 @@ def _clause(sql: str, tokens: list[Any], i: int, filename: str) -> tuple[int, st
         storage: str | None = None
         if j < len(tokens) and tokens[j].name == "TO":
             names = [tokens[k].name if k < len(tokens) else "" for k in range(j + 1, j + 5)]
-            if names[:3] != ["EXTERNAL", "DATA_P", "SOURCE"] or names[3] != "IDENT":
+            if names[:3] != ["EXTERNAL", "DATA_P", "SOURCE"] or j + 4 >= len(tokens) or not _is_name(tokens[j + 4]):
                 raise _error("TO EXTERNAL DATA SOURCE name expected", sql, tokens[j].start, filename)
             storage = _unquote(_word(sql, tokens[j + 4]))
             j += 5
@@ -109,7 +115,7 @@ def _clause(sql: str, tokens: list[Any], i: int, filename: str) -> tuple[int, st
     if j >= len(tokens) or tokens[j].name != "ON":
         raise _error("ON column expected after the TTL's intervals", sql,
                      tokens[min(j, len(tokens) - 1)].start, filename, hint='e.g. TTL = Interval("PT1H") ON created_at')
-    if j + 1 >= len(tokens) or tokens[j + 1].name != "IDENT":
+    if j + 1 >= len(tokens) or not _is_name(tokens[j + 1]):
         raise _error("a column name expected after ON", sql, tokens[min(j + 1, len(tokens) - 1)].start, filename)
     column = _identifier(_word(sql, tokens[j + 1]))
     j += 1
