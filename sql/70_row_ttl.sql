@@ -179,6 +179,12 @@ BEGIN
             override_for_values := true;
         END IF;
     END LOOP;
+    -- A second write of the value in the same transaction leaves its range
+    -- unchanged (same now()): its trigger says it ran for this row instead.
+    IF current_setting('pg_ttl.value_written', true) = TG_RELID::text THEN
+        override_for_values := true;
+        PERFORM set_config('pg_ttl.value_written', '', true);
+    END IF;
     patch := jsonb_build_object(TG_ARGV[1], now());
     IF (n -> TG_ARGV[0]) IS NOT DISTINCT FROM (o -> TG_ARGV[0]) THEN
         patch := patch || jsonb_build_object(TG_ARGV[0],
@@ -204,6 +210,9 @@ BEGIN
         NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                    tstzrange(now(), ttl.row_expires_at(TG_ARGV[1]::interval, TG_ARGV[2]::boolean), '[)')));
     END IF;
+    -- For the row's trigger (ttl._refresh_row_expiry), which runs next: the
+    -- statement's TTL was this value's, not the row's.
+    PERFORM set_config('pg_ttl.value_written', TG_RELID::text, true);
     RETURN NEW;
 END
 $fn$;
