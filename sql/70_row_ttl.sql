@@ -99,7 +99,9 @@ BEGIN
 END
 $fn$;
 
--- Expiry of a value written now, with table/column TTL `default_ttl`.
+-- Expiry of a value written now, with table/column TTL `default_ttl`. Calendar
+-- arithmetic in UTC, as the engine's (sql/15_expiry.sql): a day is 24 hours
+-- whatever the writer's TimeZone.
 CREATE OR REPLACE FUNCTION ttl.row_expires_at(default_ttl interval, override_wins boolean DEFAULT false)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -109,13 +111,13 @@ DECLARE
     o interval := ttl._row_ttl_override();
 BEGIN
     IF o IS NULL THEN
-        RETURN now() + default_ttl;
+        RETURN timezone('UTC', timezone('UTC', now()) + default_ttl);
     ELSIF o = interval '0' THEN
         RETURN NULL;
     ELSIF override_wins THEN
-        RETURN now() + o;
+        RETURN timezone('UTC', timezone('UTC', now()) + o);
     END IF;
-    RETURN now() + greatest(o, default_ttl);
+    RETURN timezone('UTC', timezone('UTC', now()) + greatest(o, default_ttl));
 END
 $fn$;
 
@@ -129,9 +131,9 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT format(
         $f$CASE WHEN NULLIF(pg_catalog.current_setting('pg_ttl.row_ttl', true), '') IS NULL
-                     THEN pg_catalog.now() + %1$L::interval
+                     THEN pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + %1$L::interval)
                 WHEN pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval = '0'::interval THEN NULL
-                ELSE pg_catalog.now() + %2$s END$f$,
+                ELSE pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + %2$s) END$f$,
         default_ttl::text,
         CASE WHEN override_wins THEN $f$pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval$f$
              ELSE format($f$GREATEST(pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval, %L::interval)$f$,
@@ -163,7 +165,7 @@ BEGIN
         IF NEW.ttl_expires_at IS NOT DISTINCT FROM OLD.ttl_expires_at THEN
             ovr := nullif(current_setting('pg_ttl.row_ttl', true), '')::interval;
             IF ovr IS NULL THEN
-                NEW.ttl_expires_at := now() + TG_ARGV[2]::interval;
+                NEW.ttl_expires_at := timezone('UTC', timezone('UTC', now()) + TG_ARGV[2]::interval);
             ELSE
                 NEW.ttl_expires_at := ttl.row_expires_at(TG_ARGV[2]::interval, TG_ARGV[3]::boolean);
             END IF;
@@ -179,10 +181,16 @@ BEGIN
             override_for_values := true;
         END IF;
     END LOOP;
+    -- A second write of the value in the same transaction leaves its range
+    -- unchanged (same now()): its trigger says it ran for this row instead.
+    IF current_setting('pg_ttl.value_written', true) = TG_RELID::text THEN
+        override_for_values := true;
+        PERFORM set_config('pg_ttl.value_written', '', true);
+    END IF;
     patch := jsonb_build_object(TG_ARGV[1], now());
     IF (n -> TG_ARGV[0]) IS NOT DISTINCT FROM (o -> TG_ARGV[0]) THEN
         patch := patch || jsonb_build_object(TG_ARGV[0],
-            CASE WHEN override_for_values THEN now() + TG_ARGV[2]::interval
+            CASE WHEN override_for_values THEN timezone('UTC', timezone('UTC', now()) + TG_ARGV[2]::interval)
                  ELSE ttl.row_expires_at(TG_ARGV[2]::interval, TG_ARGV[3]::boolean) END);
     END IF;
     NEW := jsonb_populate_record(NEW, patch);
@@ -204,6 +212,9 @@ BEGIN
         NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                    tstzrange(now(), ttl.row_expires_at(TG_ARGV[1]::interval, TG_ARGV[2]::boolean), '[)')));
     END IF;
+    -- For the row's trigger (ttl._refresh_row_expiry), which runs next: the
+    -- statement's TTL was this value's, not the row's.
+    PERFORM set_config('pg_ttl.value_written', TG_RELID::text, true);
     RETURN NEW;
 END
 $fn$;

@@ -50,9 +50,9 @@ AS $fn$
         $f$CASE WHEN NULLIF(pg_catalog.current_setting('pg_ttl.row_ttl', true), '') IS NULL
                      THEN %1$s
                 WHEN pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval = '0'::interval THEN NULL
-                ELSE pg_catalog.now() + pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval END$f$,
+                ELSE pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval) END$f$,
         CASE WHEN default_ttl IS NULL OR default_ttl = interval '0' THEN 'NULL::pg_catalog.timestamptz'
-             ELSE format('pg_catalog.now() + %L::interval', default_ttl::text) END)
+             ELSE format('pg_catalog.timezone(''UTC''::text, pg_catalog.timezone(''UTC''::text, pg_catalog.now()) + %L::interval)', default_ttl::text) END)
 $fn$;
 
 -- The DEFAULT of a per-row TTL table's expiry column.
@@ -95,7 +95,7 @@ BEGIN
         cells := coalesce(cells, '{}'::jsonb)
                  || jsonb_build_object(TG_ARGV[1], jsonb_build_array(
                         extract(epoch FROM now()),
-                        CASE WHEN life = interval '0' THEN NULL ELSE extract(epoch FROM now() + life) END));
+                        CASE WHEN life = interval '0' THEN NULL ELSE extract(epoch FROM timezone('UTC', timezone('UTC', now()) + life)) END));
     END IF;
     IF TG_ARGV[5] = 'ttl_values' THEN
         NEW.ttl_values := cells;
