@@ -45,9 +45,9 @@ def _timeouts(ctx: UnitContext) -> None:
                      (ctx.settings.lock_timeout, ctx.settings.statement_timeout))
 
 
-def _in_place(ctx: UnitContext, how: str) -> tuple[sql.Identifier, sql.Identifier, str]:
+def in_place(ctx: UnitContext, how: str) -> tuple[sql.Identifier, sql.Identifier, str]:
     """(parent, partition, its schema) as they are named now, once the partition is locked (``how``:
-    'drop', 'partition' or 'check', sql/50_history.sql ttl._lock_partition) and checked to be still the
+    'drop', 'partition', 'check' or 'export', sql/50_history.sql ttl._lock_partition) and checked to be still the
     one judged: attached to the same parent with the same bound (the application may have
     detached or renamed it, or given its name to another table, since it was listed).
     Raises ObjectNotInPrerequisiteState when it is not."""
@@ -83,7 +83,7 @@ def drop_partition(ctx: UnitContext) -> None:
         with conn.transaction():
             _timeouts(ctx)
             # (judged again under the partition's lock alone: the parent's only for the DROP)
-            _parent, table, _schema = _in_place(ctx, "partition" if ctx.unit.recheck else "drop")
+            _parent, table, _schema = in_place(ctx, "partition" if ctx.unit.recheck else "drop")
             _recheck(ctx)
             conn.execute(sql.SQL("DROP TABLE {}").format(table))
             conn.execute("SELECT ttl._end_unit(%s, %s, 'ok', NULL, true)", (ctx.run_id, ctx.unit.relid))
@@ -141,7 +141,7 @@ def detach_partition(ctx: UnitContext) -> str:
             how = "plain"
             with conn.transaction():
                 _timeouts(ctx)
-                parent, table, in_schema = _in_place(ctx, "partition")
+                parent, table, in_schema = in_place(ctx, "partition")
                 _recheck(ctx)
                 conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(parent, table))
         elif unit.detach_pending:
@@ -152,7 +152,7 @@ def detach_partition(ctx: UnitContext) -> str:
         else:
             how = "concurrently"
             # CONCURRENTLY cannot run in a transaction: checked just before, without a lock.
-            parent, table, in_schema = _in_place(ctx, "check")
+            parent, table, in_schema = in_place(ctx, "check")
             # Outside a transaction block: the session's lock_timeout/statement_timeout apply.
             try:
                 conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {} CONCURRENTLY").format(parent, table))
@@ -161,7 +161,7 @@ def detach_partition(ctx: UnitContext) -> str:
                 how = "plain"
                 with conn.transaction():
                     _timeouts(ctx)
-                    parent, table, in_schema = _in_place(ctx, "drop")
+                    parent, table, in_schema = in_place(ctx, "drop")
                     conn.execute(sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(parent, table))
     except errors.ObjectNotInPrerequisiteState as exc:
         raise _kept(ctx, exc) from None

@@ -263,13 +263,10 @@ def _list_and_remove(ctx: UnitContext, leaves: list[Unit], export: _Export) -> N
         # Locked by oid, and checked to be still the partition read (the application may have
         # detached it, moved it to another table or renamed it meanwhile).
         try:
-            names = conn.execute("SELECT nsp, rel, parent_nsp, parent_rel FROM ttl._lock_partition(%s, %s, %s, "
-                                 "'export')", (unit.relid, unit.parent_relid, unit.bound)).fetchone()
+            parent, table, _schema = partitions.in_place(ctx, "export")
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:
             raise _Stays(exc.diag.message_primary or str(exc)) from None
-        assert unit.parent is not None and names is not None
-        if sql.Identifier(str(names[0]), str(names[1])) != unit.ident or \
-                sql.Identifier(str(names[2]), str(names[3])) != unit.parent:
+        if table != unit.ident or parent != unit.parent:
             raise _Stays("renamed during the run")
         bound = conn.execute("SELECT pg_catalog.pg_get_expr(c.relpartbound, 0) FROM pg_catalog.pg_class c"
                              " WHERE c.oid = %s", (unit.relid,)).fetchone()
