@@ -353,6 +353,27 @@ BEGIN
         RAISE EXCEPTION 'table %: schema "%" of "ttl_detach_schema" does not exist', tbl, NEW.detach_schema
             USING ERRCODE = 'invalid_schema_name';
     END IF;
+    -- Detached partitions are the application's data: never into a schema PostgreSQL
+    -- refuses them (its own) or pg_ttl's, which uninstall drops with everything in it.
+    IF NEW.detach_schema IN ('pg_catalog', 'pg_toast', 'information_schema', 'ttl')
+       OR NEW.detach_schema LIKE 'pg\_temp\_%' OR NEW.detach_schema LIKE 'pg\_toast\_temp\_%' THEN
+        RAISE EXCEPTION 'table %: "ttl_detach_schema" cannot be schema "%": detached partitions go to a schema of yours',
+            tbl, NEW.detach_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'CREATE SCHEMA archive, and name it.';
+    END IF;
+    -- The table's owner moves its partitions there (the engine acts as the owner); checked
+    -- as it is named (a privilege revoked later: the engine keeps the partitions attached).
+    IF NEW.detach_schema IS NOT NULL
+       AND (TG_OP = 'INSERT' OR OLD.detach_schema IS DISTINCT FROM NEW.detach_schema)
+       AND NOT has_schema_privilege((SELECT relowner FROM pg_class WHERE oid = NEW.relid),
+                                    (SELECT oid FROM pg_namespace WHERE nspname = NEW.detach_schema), 'CREATE') THEN
+        RAISE EXCEPTION 'table %: its owner % may not create tables in schema "%" ("ttl_detach_schema")',
+            tbl, pg_get_userbyid((SELECT relowner FROM pg_class WHERE oid = NEW.relid)), NEW.detach_schema
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('GRANT CREATE ON SCHEMA %I TO %I', NEW.detach_schema,
+                                pg_get_userbyid((SELECT relowner FROM pg_class WHERE oid = NEW.relid)));
+    END IF;
 
     IF TG_OP = 'UPDATE' THEN
         NEW.updated_at := now();

@@ -66,7 +66,8 @@ def _recheck(ctx: UnitContext) -> None:
 
 
 class Kept(Exception):
-    """The partition was written to since it was judged expired: it stays (the unit is skipped, ended)."""
+    """The partition stays (the unit is skipped, ended): written to since it was judged expired,
+    or detach_schema cannot take it."""
 
 
 def _kept(ctx: UnitContext, exc: errors.ObjectNotInPrerequisiteState) -> Kept:
@@ -123,10 +124,38 @@ def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units:
     return {int(unit): reason for unit, reason in rows}
 
 
+# Can the session's role (the table's owner) move a table into detach_schema?
+DESTINATION = """
+SELECT n.oid IS NOT NULL, n.oid IS NOT NULL AND pg_catalog.has_schema_privilege(n.oid, 'CREATE')
+  FROM (SELECT 1) x LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = %s
+"""
+
+
+def _check_destination(ctx: UnitContext) -> None:
+    """A partition is detached only when it can then be moved to detach_schema: a schema
+    dropped, or the owner's CREATE on it revoked, since the policy named it would leave it
+    detached where it was. Else it stays attached and the unit is skipped with the reason
+    (the next run tries again)."""
+    schema = ctx.policy.detach_schema
+    if not schema or schema == ctx.unit.schema:
+        return
+    row = ctx.conn.execute(DESTINATION, (schema,)).fetchone()
+    assert row is not None
+    if row[1]:
+        return
+    reason = (f'schema "{schema}" of "ttl_detach_schema" does not exist' if not row[0] else
+              f'the owner of {ctx.policy.name} may not create tables in schema "{schema}" of "ttl_detach_schema"')
+    reason += ": the partition stays attached"
+    ctx.conn.execute("SELECT ttl._end_unit(%s, %s, 'skipped', %s, true)", (ctx.run_id, ctx.unit.relid, reason))
+    raise Kept(reason)
+
+
 def detach_partition(ctx: UnitContext) -> str:
     """Detach the partition and move it to detach_schema; returns how it was detached."""
     unit, conn = ctx.unit, ctx.conn
     how = "finalize"
+    if not unit.detached and not unit.detach_pending:
+        _check_destination(ctx)
     parent, table, in_schema = unit.parent, unit.ident, unit.schema
     try:
         if unit.detached:
