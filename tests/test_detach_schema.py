@@ -102,3 +102,20 @@ def test_partitions_stay_attached_when_detach_schema_was_dropped(db: Conn, dsn: 
     assert res.partitions_detached == 0
     assert all('schema "gone" of "ttl_detach_schema" does not exist' in (u.error or "")
                for u in res.units if u.action == "detach")
+
+
+def test_a_partition_whose_name_is_taken_in_detach_schema_stays_attached(db: Conn, dsn: str) -> None:
+    """archive already holds a table named ev_05 (detached a year before, say): ev_05 is not
+    detached (it could not be moved), the others are."""
+    db.autocommit = True
+    _daily(db)
+    db.execute("CREATE SCHEMA archive")
+    db.execute("CREATE TABLE archive.ev_05 (id int)")
+    db.execute("SELECT ttl.enable('ev', expire_after => '1 day', column_name => 'ts',"
+               " partition_action => 'detach', detach_schema => 'archive')")
+    [res] = expire(dsn, ["ev"], cutoff=C)
+    assert res.partitions_detached == 3
+    assert "ev_05" in _attached(db)
+    [kept] = [u for u in res.units if u.action == "detach" and u.status == "skipped"]
+    assert 'already has a relation named "ev_05"' in (kept.error or "")
+    db.execute("DROP SCHEMA archive CASCADE")

@@ -124,27 +124,32 @@ def drop_together(conn: psycopg.Connection[Any], table: int, run_id: int, units:
     return {int(unit): reason for unit, reason in rows}
 
 
-# Can the session's role (the table's owner) move a table into detach_schema?
+# Can the session's role (the table's owner) move the partition into detach_schema: the
+# schema exists, the role may create in it, it has no relation of the partition's name?
 DESTINATION = """
-SELECT n.oid IS NOT NULL, n.oid IS NOT NULL AND pg_catalog.has_schema_privilege(n.oid, 'CREATE')
+SELECT n.oid IS NOT NULL, n.oid IS NOT NULL AND pg_catalog.has_schema_privilege(n.oid, 'CREATE'),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relname = %s)
   FROM (SELECT 1) x LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = %s
 """
 
 
 def _check_destination(ctx: UnitContext) -> None:
     """A partition is detached only when it can then be moved to detach_schema: a schema
-    dropped, or the owner's CREATE on it revoked, since the policy named it would leave it
-    detached where it was. Else it stays attached and the unit is skipped with the reason
+    dropped, the owner's CREATE on it revoked since the policy named it, or a table of the
+    partition's name there (an earlier year's ev_03_01, say) would leave it detached where
+    it was. Else it stays attached and the unit is skipped with the reason
     (the next run tries again)."""
     schema = ctx.policy.detach_schema
     if not schema or schema == ctx.unit.schema:
         return
-    row = ctx.conn.execute(DESTINATION, (schema,)).fetchone()
+    row = ctx.conn.execute(DESTINATION, (ctx.unit.relname, schema)).fetchone()
     assert row is not None
-    if row[1]:
+    if row[1] and not row[2]:
         return
     reason = (f'schema "{schema}" of "ttl_detach_schema" does not exist' if not row[0] else
-              f'the owner of {ctx.policy.name} may not create tables in schema "{schema}" of "ttl_detach_schema"')
+              f'the owner of {ctx.policy.name} may not create tables in schema "{schema}" of "ttl_detach_schema"'
+              if not row[1] else f'schema "{schema}" of "ttl_detach_schema" already has a relation named '
+              f'"{ctx.unit.relname}"')
     reason += ": the partition stays attached"
     ctx.conn.execute("SELECT ttl._end_unit(%s, %s, 'skipped', %s, true)", (ctx.run_id, ctx.unit.relid, reason))
     raise Kept(reason)
