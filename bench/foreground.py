@@ -26,11 +26,12 @@ from bench.runner import ROOT_FOR_SUBPROCESS, Config, fresh, log, measured_run, 
 from bench.server import LOAD_APP, BenchServer
 from bench.stats import percentile, ratio, summarize
 
-# pg_ttl: the default pass (the adaptive throttle on); pg_ttl_unthrottled: the same with the
-# throttle setting off (full speed); pg_ttl_limited: throttle off and the policy's
-# delete_rate_limit set (Config.fg_rate_limit rows/s), the fixed knob an operator must guess.
-CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
-PGTTL = ("pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
+# pg_ttl: the default pass (the adaptive throttle on, throttle_target 1.25); pg_ttl_target_1_5:
+# the same with the default before 2026-11-28; pg_ttl_unthrottled: the throttle setting off
+# (full speed); pg_ttl_limited: throttle off and the policy's delete_rate_limit set
+# (Config.fg_rate_limit rows/s), the fixed knob an operator must guess.
+CONTENDERS = ("raw_delete", "batched_loop", "pg_ttl", "pg_ttl_target_1_5", "pg_ttl_unthrottled", "pg_ttl_limited")
+PGTTL = ("pg_ttl", "pg_ttl_target_1_5", "pg_ttl_unthrottled", "pg_ttl_limited")
 # Without load, per repetition: the default pass against the unthrottled one (the throttle's
 # cost on an idle server), no transaction sampler (it would be a session at work).
 IDLE = ("pg_ttl", "pg_ttl_unthrottled")
@@ -90,12 +91,16 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         "raw_delete": lambda dsn: c.raw_delete(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "batched_loop": lambda dsn: c.batched_loop(dsn, PLAIN_TABLE, "created_at", PLAIN_EXPIRE_AFTER, cfg.limit_s),
         "pg_ttl": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
+        "pg_ttl_target_1_5": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
         "pg_ttl_unthrottled": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
         "pg_ttl_limited": lambda dsn: c.pgttl_run(dsn, [PLAIN_TABLE], cfg.limit_s, cfg.pgttl_entry),
     }
 
     def unthrottled(db: str) -> None:
         server.execute(db, "UPDATE ttl.settings SET value = 'off' WHERE name = 'throttle'")
+
+    def target_1_5(db: str) -> None:
+        server.execute(db, "UPDATE ttl.settings SET value = '1.5' WHERE name = 'throttle_target'")
 
     def rate_limited(db: str) -> None:
         unthrottled(db)
@@ -105,7 +110,8 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         time.sleep(cfg.fg_baseline_s)
         return c.Outcome()
 
-    setups: dict[str, Callable[[str], None]] = {"pg_ttl_unthrottled": unthrottled, "pg_ttl_limited": rate_limited}
+    setups: dict[str, Callable[[str], None]] = {"pg_ttl_unthrottled": unthrottled, "pg_ttl_limited": rate_limited,
+                                                "pg_ttl_target_1_5": target_1_5}
     idle: dict[str, list[float]] = {k: [] for k in IDLE}
 
     windows: dict[str, list[dict[str, Any]]] = {k: [] for k in ("baseline", *CONTENDERS)}

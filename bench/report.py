@@ -182,7 +182,8 @@ def _partition_wall_panel(ax: Any, w: dict[str, Any]) -> None:
 
 def _foreground_panel(ax: Any, w: dict[str, Any]) -> None:
     fg = (w.get("foreground") or {}).get("contenders") or {}
-    names = [n for n in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_unthrottled", "pg_ttl_limited")
+    names = [n for n in ("baseline", "raw_delete", "batched_loop", "pg_ttl", "pg_ttl_target_1_5", "pg_ttl_unthrottled",
+                         "pg_ttl_limited")
              if (fg.get(n) or {}).get("available")]
     series = {
         "p50": [_stat(fg[n], "p50_ms", 1.0) for n in names],

@@ -50,7 +50,7 @@ class EngineSettings:
     row_lock_timeout: str = "50ms"
     row_strategy: str = "auto"  # 'auto' | 'index' | 'ctid'
     throttle: bool = True  # the adaptive throttle (pace.py)
-    throttle_target: float = 1.5
+    throttle_target: float = 1.25
     # row_range_bytes in blocks (ttl.row_range_blocks()), and the size from which a unit
     # swept in ctid order is shared range by range with other runs (ttl.shared_sweep_blocks(),
     # sweeps.py); 0: never

@@ -120,7 +120,7 @@ def _p90(values: list[float]) -> float:
 class Controller:
     """The duty cycle, from the other sessions' statement times (no I/O: tests feed it)."""
 
-    def __init__(self, target: float = 1.5) -> None:
+    def __init__(self, target: float = 1.25) -> None:
         self.target = target
         self.replica_lag: int | None = None  # bytes the slowest replica has yet to replay
         self.replica_lag_limit: int | None = None  # above it, slow down whatever the sessions show
