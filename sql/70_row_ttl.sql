@@ -21,12 +21,28 @@
 -- filled by a DEFAULT, refreshed by a BEFORE UPDATE OF <column> trigger, so an
 -- UPDATE that sets the column restarts its TTL, with the override if any).
 
+-- A per-write TTL as given: refused when negative (it would write rows that
+-- have already expired). Every reader of the override goes through here, so
+-- SET pg_ttl.row_ttl = '-10 seconds' is refused as ttl.using_ttl is.
+CREATE OR REPLACE FUNCTION ttl._check_row_ttl(ttl interval) RETURNS interval
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ttl < interval '0' THEN
+        RAISE EXCEPTION 'a TTL must not be negative, got %', ttl USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Give an interval > 0 (ttl.using_ttl or pg_ttl.row_ttl), or 0 for "never expires".';
+    END IF;
+    RETURN ttl;
+END
+$fn$;
+
 -- The per-transaction override, NULL when none.
 CREATE OR REPLACE FUNCTION ttl._row_ttl_override() RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT nullif(current_setting('pg_ttl.row_ttl', true), '')::interval
+    SELECT ttl._check_row_ttl(nullif(current_setting('pg_ttl.row_ttl', true), '')::interval)
 $fn$;
 
 -- local => false: for the rest of the session (until RESET pg_ttl.row_ttl or
@@ -37,10 +53,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF ttl < interval '0' THEN
-        RAISE EXCEPTION 'TTL must not be negative, got %', ttl USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Give an interval > 0, or 0 for "never expires".';
-    END IF;
+    PERFORM ttl._check_row_ttl(ttl);
     IF local AND transaction_timestamp() = statement_timestamp() THEN
         -- Most likely autocommit: this statement is its own transaction.
         RAISE NOTICE 'ttl.using_ttl: the TTL override lasts until the end of this transaction'
@@ -121,8 +134,9 @@ BEGIN
 END
 $fn$;
 
--- The same as an inline expression for column DEFAULTs: a function with a SET
--- clause is never inlined, and inlining keeps INSERT cost near a plain column.
+-- The same for column DEFAULTs: the usual write (no override) is inline SQL,
+-- since a function with a SET clause is never inlined and inlining keeps INSERT
+-- cost near a plain column; a write with an override calls ttl.row_expires_at.
 -- Built-ins are schema-qualified; the DEFAULT is stored parsed, so the
 -- reader's search_path does not matter afterwards.
 CREATE OR REPLACE FUNCTION ttl._expiry_default_sql(default_ttl interval, override_wins boolean) RETURNS text
@@ -132,12 +146,8 @@ AS $fn$
     SELECT format(
         $f$CASE WHEN NULLIF(pg_catalog.current_setting('pg_ttl.row_ttl', true), '') IS NULL
                      THEN pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + %1$L::interval)
-                WHEN pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval = '0'::interval THEN NULL
-                ELSE pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + %2$s) END$f$,
-        default_ttl::text,
-        CASE WHEN override_wins THEN $f$pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval$f$
-             ELSE format($f$GREATEST(pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval, %L::interval)$f$,
-                         default_ttl::text) END)
+                ELSE ttl.row_expires_at(%1$L::interval, %2$L::boolean) END$f$,
+        default_ttl::text, override_wins::text)
 $fn$;
 
 -- BEFORE UPDATE on a per-row TTL table.

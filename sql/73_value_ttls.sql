@@ -40,8 +40,8 @@ $fn$;
 
 
 -- The marker column's DEFAULT on a CQL-style table: the statement's USING TTL
--- when there is one (0: never), else the table default (0: never). Inline SQL,
--- as ttl._expiry_default_sql, so that INSERT stays cheap.
+-- when there is one (0: never), else the table default (0: never). Inline SQL
+-- for the usual write, as ttl._expiry_default_sql, so that INSERT stays cheap.
 CREATE OR REPLACE FUNCTION ttl._marker_default_sql(default_ttl interval) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -49,8 +49,7 @@ AS $fn$
     SELECT format(
         $f$CASE WHEN NULLIF(pg_catalog.current_setting('pg_ttl.row_ttl', true), '') IS NULL
                      THEN %1$s
-                WHEN pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval = '0'::interval THEN NULL
-                ELSE pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) + pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval) END$f$,
+                ELSE ttl.row_expires_at('0'::interval, true) END$f$,
         CASE WHEN default_ttl IS NULL OR default_ttl = interval '0' THEN 'NULL::pg_catalog.timestamptz'
              ELSE format('pg_catalog.timezone(''UTC''::text, pg_catalog.timezone(''UTC''::text, pg_catalog.now()) + %L::interval)', default_ttl::text) END)
 $fn$;
@@ -91,7 +90,8 @@ BEGIN
         cells := nullif(cells - TG_ARGV[1], '{}'::jsonb);  -- a NULL has no TTL
     ELSE
         -- (inline: a SQL function would be planned again in every transaction)
-        life := coalesce(nullif(current_setting('pg_ttl.row_ttl', true), ''), TG_ARGV[3])::interval;
+        life := nullif(current_setting('pg_ttl.row_ttl', true), '')::interval;
+        life := CASE WHEN life IS NULL THEN TG_ARGV[3]::interval ELSE ttl._check_row_ttl(life) END;
         cells := coalesce(cells, '{}'::jsonb)
                  || jsonb_build_object(TG_ARGV[1], jsonb_build_array(
                         extract(epoch FROM now()),
@@ -316,11 +316,14 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     -- each trigger's name and its column's name as its fifth argument (tgargs: the
-    -- arguments, each followed by a zero byte)
+    -- arguments, each followed by a zero byte; compared escaped, as a name
+    -- outside ASCII is escaped there too)
     SELECT coalesce(array_agg(t.tgname::text || ':' || split_part(encode(t.tgargs, 'escape'), '\000', 5)
                               ORDER BY t.tgname::text), '{}')
            IS DISTINCT FROM
-           coalesce((SELECT array_agg('ttl_value_' || c || ':' || ttl._attname(p.relid, c) ORDER BY 'ttl_value_' || c)
+           coalesce((SELECT array_agg('ttl_value_' || c || ':'
+                                      || encode(convert_to(ttl._attname(p.relid, c), getdatabaseencoding()), 'escape')
+                                      ORDER BY 'ttl_value_' || c)
                        FROM ttl.policy p, ttl._value_columns(p) AS c WHERE p.relid = tbl), '{}')
       FROM pg_trigger t
      WHERE t.tgrelid = tbl AND t.tgname ~ '^ttl_value_[0-9]+$' AND NOT t.tgisinternal

@@ -10,6 +10,9 @@
 -- Has tbl an expiry DEFAULT that adds the TTL in the writer's TimeZone? The old
 -- forms deparse as "now() + <ttl>"; the current ones add it to
 -- timezone('UTC', now()), deparsed "now()) + <ttl>".
+-- Or one that reads the per-write TTL (pg_ttl.row_ttl) itself? Until 2026-11-29
+-- the DEFAULTs added a negative setting to now() (rows written already expired);
+-- the current ones leave that to ttl.row_expires_at, which refuses it.
 CREATE OR REPLACE FUNCTION ttl._expiry_defaults_stale(tbl oid) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -20,7 +23,8 @@ AS $fn$
            AND (d.adnum IN (SELECT p.row_expiry_attnum FROM ttl.policy p WHERE p.relid = tbl)
                 OR d.adnum IN (SELECT c.track_attnum FROM ttl.column_policy c
                                 WHERE c.relid = tbl AND c.relative_to = 'write'))
-           AND pg_get_expr(d.adbin, d.adrelid) ~ 'now\(\) \+')
+           AND (pg_get_expr(d.adbin, d.adrelid) ~ 'now\(\) \+'
+                OR pg_get_expr(d.adbin, d.adrelid) !~ 'row_expires_at\('))
 $fn$;
 
 SELECT ttl._sync_table(t.relid)

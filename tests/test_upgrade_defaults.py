@@ -78,3 +78,37 @@ def test_upgrade_leaves_current_defaults_and_their_tables_alone(db: Conn, dsn: s
     install.upgrade(dsn)
     after = db.execute("SELECT xmin::text FROM pg_class WHERE oid = 'pv'::regclass").fetchone()
     assert before == after
+
+
+# The DEFAULT as 2026-11-28's version wrote it (UTC, but the per-write TTL added inline):
+# SET pg_ttl.row_ttl = '-10 seconds' wrote rows already expired.
+UTC_INLINE = ("CASE WHEN NULLIF(pg_catalog.current_setting('pg_ttl.row_ttl', true), '') IS NULL "
+              "THEN pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) "
+              "+ '1 day'::interval) "
+              "WHEN pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval = '0'::interval THEN NULL "
+              "ELSE pg_catalog.timezone('UTC'::text, pg_catalog.timezone('UTC'::text, pg_catalog.now()) "
+              "+ pg_catalog.current_setting('pg_ttl.row_ttl', true)::interval) END")
+
+
+def test_upgrade_rewrites_defaults_that_took_a_negative_per_write_ttl(db: Conn, dsn: str) -> None:
+    db.autocommit = True
+    db.execute("CREATE TABLE pv (id int PRIMARY KEY, v int)")
+    db.execute("SELECT ttl.enable('pv', expire_after => '1 day')")
+    db.execute(sql.SQL("ALTER TABLE pv ALTER COLUMN ttl_expires_at SET DEFAULT {}").format(sql.SQL(UTC_INLINE)))
+    with db.transaction():
+        db.execute("SET LOCAL pg_ttl.row_ttl = '-10 seconds'")
+        db.execute("INSERT INTO pv (id, v) VALUES (1, 1)")
+    assert db.execute("SELECT ttl_expires_at < now() FROM pv").fetchone() == (True,)  # written expired
+
+    install.upgrade(dsn)
+
+    assert db.execute("SELECT ttl._expiry_defaults_stale('pv'::regclass)").fetchone() == (False,)
+    try:
+        with db.transaction():
+            db.execute("SET LOCAL pg_ttl.row_ttl = '-10 seconds'")
+            db.execute("INSERT INTO pv (id, v) VALUES (2, 2)")
+    except psycopg.errors.InvalidParameterValue as exc:
+        assert "must not be negative" in str(exc)
+    else:
+        raise AssertionError("a negative per-write TTL was taken after the upgrade")
+    assert db.execute("SELECT count(*) FROM pv").fetchone() == (1,)
