@@ -59,3 +59,22 @@ def test_writer_time_zone_does_not_shorten_a_one_day_ttl(db: Conn) -> None:
                       "(ttl_values -> '2' ->> 1)::numeric - (ttl_values -> '2' ->> 0)::numeric FROM cq").fetchone()
     assert lives == [86400, 86400]
     assert cell is not None and cell == (86400, 86400)
+
+
+def test_value_triggers_of_columns_named_outside_ascii_are_recognised(db: Conn) -> None:
+    """The check whether a CQL-style table's value triggers match its columns (run by every
+    ALTER TABLE on it and by upgrades) reads non-ASCII column names right: a table whose
+    triggers are current is not made stale, and a rename still is."""
+    db.autocommit = True
+    db.execute('CREATE TABLE cq (id int PRIMARY KEY, "größe" int, "名前" text)')
+    db.execute("""SELECT ttl.set_options('cq', '{"expire_after": "1 day", "value_ttls": "true"}')""")
+    assert db.execute("SELECT ttl._value_triggers_stale('cq'::regclass)").fetchone() == (False,)
+    db.execute("INSERT INTO cq VALUES (1, 1, 'a')")
+    db.execute('UPDATE cq SET "größe" = 2')
+    cells = db.execute("SELECT ttl_values IS NOT NULL FROM cq").fetchone()
+    assert cells == (True,)
+    # what a rename leaves before the event trigger runs: the trigger names the old column
+    with db.transaction():
+        db.execute("SET LOCAL session_replication_role = replica")  # event triggers do not fire
+        db.execute('ALTER TABLE cq RENAME COLUMN "größe" TO "grösse"')
+        assert db.execute("SELECT ttl._value_triggers_stale('cq'::regclass)").fetchone() == (True,)
