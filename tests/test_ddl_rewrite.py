@@ -141,6 +141,16 @@ def test_using_ttl_with_cte_and_comment() -> None:
                                 END]
 
 
+def test_using_ttl_takes_whole_numbers_beyond_int4() -> None:
+    # 9999999999 lexes as a float constant in PostgreSQL (too large for int4): still seconds.
+    out = rewrite("INSERT INTO t VALUES (1) USING TTL 9999999999")
+    assert "'9999999999 seconds'" in out
+    with pytest.raises(TtlDdlError, match=r"whole number of seconds .*, got '1\.5'"):
+        rewrite("INSERT INTO t VALUES (1) USING TTL 1.5")
+    with pytest.raises(TtlDdlError, match=r"whole number of seconds .*, got '1e3'"):
+        rewrite("INSERT INTO t VALUES (1) USING TTL 1e3")
+
+
 def test_using_ttl_rest_must_parse() -> None:
     with pytest.raises(TtlDdlError, match=r"f.sql:1:\d+: syntax error"):
         rewrite("INSERT INTO t VALUES (1 USING TTL 5", "f.sql")

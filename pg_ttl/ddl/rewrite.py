@@ -213,13 +213,14 @@ def _find_using_ttl(sql: str, tokens: Sequence[Any], filename: str, lines: _Line
         # DELETE ... USING ttl WHERE / MERGE ... USING ttl ON: a table named ttl.
         if value is None or value.name not in ("ICONST", "FCONST", "SCONST", "ASCII_45", "PARAM"):
             continue
-        if value.name != "ICONST":
+        text = sql[value.start:value.end + 1]
+        # A whole number too large for int4 lexes as FCONST: still a whole number.
+        if value.name != "ICONST" and not (value.name == "FCONST" and text.isdigit()):
             last = code[i + 3] if value.name == "ASCII_45" and i + 3 < len(code) else value
             shown = sql[value.start:last.end + 1]
             line, column = lines.position(tok.start)
             raise TtlDdlError(f"USING TTL needs a whole number of seconds (0 = never expires), got '{shown}'",
                               filename, line, column, hint="e.g. INSERT ... USING TTL 86400")
-        text = sql[value.start:value.end + 1]
         # PostgreSQL's integer literals: decimal, or 0x / 0o / 0b (with '_' between digits).
         found.append(_Clause(tok.start, value.end + 1, int(text, 0) if text[:2].lower() in ("0x", "0o", "0b")
                              else int(text)))
