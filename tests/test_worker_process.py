@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -264,17 +265,33 @@ def test_sighup_reloads_config_and_serves_several_databases(dsn: str, connect: A
         with psycopg.connect(dsn2, autocommit=True) as c2:
             _events_table(c2, "other", expired=4, live=2)
         cfg = tmp_path / "worker.toml"
-        cfg.write_text(f"[worker]\npoll_interval = 0.5\nlog_format = 'kv'\n[[databases]]\nname = 'one'\n"
+        # (a long poll: the next run's time must come from the run, not from a catalog poll)
+        cfg.write_text(f"[worker]\npoll_interval = 60\nlog_format = 'kv'\n[[databases]]\nname = 'one'\n"
                        f"dsn = '{dsn}'\n")
-        w = WorkerProcess("--config", str(cfg), json_logs=False)
+        w = WorkerProcess("--config", str(cfg), "--metrics-addr", "127.0.0.1:0", json_logs=False)
         try:
             wait_until(lambda: 'msg="run finished" db=one table=ev' in w.text(), what="kv run line")
+            port = int(re.search(r"metrics_port=(\d+)", w.text()).group(1))  # type: ignore[union-attr]
+            last = 'pg_ttl_last_run_timestamp_seconds{database="one",table="ev"}'
+            wait_until(lambda: last in scrape(port), what="last run scraped")
+            m = scrape(port)
+            # the next run is the next cron tick, after the run that just finished
+            assert m['pg_ttl_next_run_timestamp_seconds{database="one",table="ev"}'] > m[last]
             cfg.write_text(f"[worker]\npoll_interval = 0.5\nlog_format = 'json'\n[[databases]]\nname = 'one'\n"
                            f"dsn = '{dsn}'\n[[databases]]\nname = 'two'\ndsn = '{dsn2}'\n")
             w.signal(signal.SIGHUP)
             w.wait_for("configuration reloaded", databases="one,two")
             done = w.wait_for("run finished", db="two", table="other")[0]
             assert done["rows"] == 4
+            assert scrape(port)['pg_ttl_rows_deleted_total{database="two",table="other"}'] == 4
+            # A database taken out of the config leaves no series behind (not "down", not lagging).
+            cfg.write_text(f"[worker]\npoll_interval = 0.5\nlog_format = 'json'\n[[databases]]\nname = 'one'\n"
+                           f"dsn = '{dsn}'\n")
+            w.signal(signal.SIGHUP)
+            w.wait_for("configuration reloaded", databases="one")
+            left = [k for k in scrape(port) if 'database="two"' in k]
+            assert left == []
+            assert scrape(port)['pg_ttl_database_up{database="one"}'] == 1
             # A broken file is refused; the worker keeps going on the old config.
             cfg.write_text("[worker\n")
             w.signal(signal.SIGHUP)

@@ -187,6 +187,20 @@ def test_config_errors_name_the_setting(tmp_path: Path, text: str, message: str)
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("dsn", [
+    "host=db password:s3cret",  # libpq: missing "=" after "password:s3cret"
+    "postgresql://u:s3cret@[::1/db",  # libpq quotes the whole URI
+    "postgresql://u:s3cr%zzet@h/db",  # libpq quotes the bad token
+    "host=db password='s3cret",  # unterminated quote
+])
+def test_an_invalid_dsn_is_reported_without_its_password(tmp_path: Path, dsn: str) -> None:
+    text = "[[databases]]\nname = 'main'\ndsn = '''" + dsn + "'''\n"
+    with pytest.raises(config_mod.ConfigError) as info:
+        config_mod.load({"config": _write(tmp_path, text)}, environ={})
+    assert "invalid DSN of database 'main'" in str(info.value)
+    assert "s3cr" not in str(info.value)
+
+
 def test_config_missing_file() -> None:
     with pytest.raises(config_mod.ConfigError, match=r"cannot read config file /nonexistent\.toml"):
         config_mod.load({"config": "/nonexistent.toml"}, environ={})

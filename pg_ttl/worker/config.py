@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -171,11 +172,21 @@ def _check(cfg: WorkerConfig) -> None:
         try:
             psycopg.conninfo.conninfo_to_dict(db.dsn)
         except psycopg.ProgrammingError as exc:
-            raise ConfigError(f"invalid DSN of database {db.name!r}: {str(exc).strip().splitlines()[0]}") from None
+            raise ConfigError(f"invalid DSN of database {db.name!r}: {_dsn_error(exc)}") from None
     names = [db.name for db in cfg.databases]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"database names must be unique; repeated: {', '.join(dupes)}")
+
+
+def _dsn_error(exc: Exception) -> str:
+    """libpq's reason a DSN does not parse, without the parts of the DSN it quotes
+    (e.g. 'missing "=" after "s3cret"'): they may hold the password, and this
+    message goes to logs. Only an unknown option's name is kept."""
+    text = str(exc).strip().splitlines()[0]
+    if text.startswith(("invalid connection option ", "invalid URI query parameter")):
+        return text
+    return re.sub(r'"[^"]*"', lambda m: m.group(0) if m.group(0) in ('"="', '"]"') else '"..."', text)
 
 
 def database_name(dsn: str, environ: Mapping[str, str]) -> str:

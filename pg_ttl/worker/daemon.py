@@ -129,7 +129,7 @@ class Worker:
                 loop.wake()
                 loop.join(new.shutdown_timeout)
                 del self.loops[name]
-                self.shared.metrics.lag.forget(name)
+                self.shared.metrics.forget_database(name)
         self._start_loops()
         for loop in self.loops.values():
             loop.reload = True

@@ -81,6 +81,12 @@ class DatabaseLoop(threading.Thread):
     def stop_requested(self) -> bool:
         return self.status.stop_requested()
 
+    def _set_up(self, value: int) -> None:
+        # A loop retired by a reload may end after its successor (same name, new DSN)
+        # has connected, or after the database's series were removed: it reports nothing.
+        if not self.retire.is_set():
+            self.shared.metrics.up.labels(self.db.name).set(value)
+
     # -- the thread ---------------------------------------------------------------
     def run(self) -> None:
         attempt = 0
@@ -98,7 +104,7 @@ class DatabaseLoop(threading.Thread):
                     self.shared.wake_main.set()
                     return
                 except Exception as exc:
-                    metrics.up.labels(self.db.name).set(0)
+                    self._set_up(0)
                     if self.stop_requested():
                         return
                     lost = isinstance(exc, NotInstalled) or connection_lost(exc)
@@ -121,7 +127,7 @@ class DatabaseLoop(threading.Thread):
                     self.wakeup.wait(None, delay)
         finally:
             self.status.state = "stopped"
-            metrics.up.labels(self.db.name).set(0)
+            self._set_up(0)
             self.wakeup.close()
 
     # -- one connected session ----------------------------------------------------
@@ -132,7 +138,7 @@ class DatabaseLoop(threading.Thread):
         with connect(loop) as conn, contextlib.closing(self.rounds):
             self.conn = conn
             loop.state = "connected"
-            self.shared.metrics.up.labels(self.db.name).set(1)
+            self._set_up(1)
             listening = False
             self.reload = True
             self._next_poll = 0.0

@@ -105,6 +105,7 @@ class WorkerMetrics:
         self.archive_objects = Counter("pg_ttl_archive_objects", "Objects a tier wrote to storage (Parquet "
                                        "objects; batches for a PostgreSQL storage)", by_tier, registry=r)
         self._tier_series: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (db, table) -> {(storage, tier)}
+        self._tables: dict[str, set[str]] = {}  # database -> tables with series, for forget_database
         self.partitions_dropped = Counter("pg_ttl_partitions_dropped", "Expired partitions dropped", by_table,
                                           registry=r)
         self.partitions_detached = Counter("pg_ttl_partitions_detached", "Expired partitions detached", by_table,
@@ -149,8 +150,21 @@ class WorkerMetrics:
                       "partitions_dropped",
                       "partitions_detached", "run_failures", "units", "last_run_duration", "last_run", "next_run")
 
+    def _seen(self, db: str, table: str) -> None:
+        self._tables.setdefault(db, set()).add(table)
+
+    def set_next_run(self, db: str, table: str, when: datetime | None) -> None:
+        """When ``table`` runs next; no series when it never does (bad cron, refused)."""
+        if when is None:
+            with contextlib.suppress(KeyError):
+                self.next_run.remove(db, table)
+            return
+        self._seen(db, table)
+        self.next_run.labels(db, table).set(when.timestamp())
+
     def record_run(self, db: str, table: str, result: TableResult) -> None:
         """Account one engine result; ``table`` is the name the series are labelled with."""
+        self._seen(db, table)
         labels = (db, table)
         self.rows_selected.labels(*labels).inc(result.rows_selected)
         self.rows_deleted.labels(*labels).inc(result.rows_deleted)
@@ -183,6 +197,7 @@ class WorkerMetrics:
 
     def record_failure(self, db: str, table: str, duration: float) -> None:
         """A run that raised instead of returning a result."""
+        self._seen(db, table)
         self.runs.labels(db, table, "failed").inc()
         self.run_failures.labels(db, table).inc()
         self.run_duration.labels(db).observe(duration)
@@ -190,6 +205,7 @@ class WorkerMetrics:
         self.last_run.labels(db, table).set(time.time())
 
     def record_unit(self, db: str, table: str, duration: float) -> None:
+        self._seen(db, table)
         self.units.labels(db, table).inc()
         self.batch_duration.labels(db).observe(duration)
 
@@ -207,6 +223,22 @@ class WorkerMetrics:
                 with contextlib.suppress(KeyError):
                     metric.remove(db, table, *tier)
         self.lag.forget(db, table)
+        self._tables.get(db, set()).discard(table)
+
+    def forget_database(self, db: str) -> None:
+        """Drop every series of a database the worker no longer serves (removed from the config
+        or given another DSN): a scrape must not report it as down, or its tables as lagging."""
+        for table in list(self._tables.pop(db, set())):
+            self.forget_table(db, table)
+        self._tables.pop(db, None)
+        for metric in (self.run_duration, self.batch_duration, self.tables, self.up, self.standby,
+                       self.reconnects, self.pace, self.pace_slowdown):
+            with contextlib.suppress(KeyError):
+                metric.remove(db)
+        for reason in PACE_REASONS:
+            with contextlib.suppress(KeyError):
+                self.pace_reason.remove(db, reason)
+        self.lag.forget(db)
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics in a daemon thread; returns the bound port (0 picks a free one)."""

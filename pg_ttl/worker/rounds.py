@@ -201,9 +201,7 @@ class Rounds:
         m = shared.metrics
         m.tables.labels(loop.db.name).set(len(self.scheduler.entries))
         for e in self.scheduler.entries.values():
-            nxt = self.scheduler.next_run(e, now)
-            if nxt is not None:
-                m.next_run.labels(loop.db.name, e.table).set(nxt.timestamp())
+            m.set_next_run(loop.db.name, e.table, self.scheduler.next_run(e, now))
 
     def _refusal(self, policy: dict[str, Any]) -> str | None:
         if policy["refused_by"] is None:
@@ -282,6 +280,8 @@ class Rounds:
         entry.interrupted = status == "interrupted"
         entry.running_elsewhere = False
         self._end_run(conn, entry, tick, status)
+        # (not only at the next catalog poll: until then it would show the tick just run)
+        shared.metrics.set_next_run(loop.db.name, entry.table, self.scheduler.next_run(entry, shared.clock.now()))
         measured = [r for r in results if r.oldest_measured]
         if measured:  # the run read what it left
             self.lag.record(entry, measured[0].oldest_left)
