@@ -309,6 +309,51 @@ BEGIN
 END
 $fn$;
 
+-- ALTER TABLE tbl ALTER COLUMN col TYPE new_type [USING using_expr] for a value
+-- column of a CQL-style table. PostgreSQL refuses to change the type of a column
+-- a trigger is declared on (its ttl_value_<attnum> trigger): this drops the
+-- trigger, changes the type and makes the trigger again, in the caller's
+-- transaction and with the caller's rights (the table's owner; nothing runs as
+-- anyone else). The values' TTLs stay: they are kept by column number, which the
+-- change keeps. new_type and using_expr are SQL, read with search_path =
+-- pg_catalog: a type or function of another schema is written schema-qualified.
+CREATE OR REPLACE FUNCTION ttl.alter_value_type(tbl regclass, col name, new_type text, using_expr text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    p ttl.policy;
+    n smallint;
+BEGIN
+    SELECT * INTO p FROM ttl.policy WHERE relid = tbl;
+    IF NOT coalesce(p.value_ttls, false) THEN
+        RAISE EXCEPTION 'table % is not CQL-style (it keeps no TTL per value)', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = format('Use ALTER TABLE %s ALTER COLUMN %I TYPE ... directly.', tbl, col);
+    END IF;
+    SELECT attnum INTO n FROM pg_attribute WHERE attrelid = tbl AND attname = col AND attnum > 0 AND NOT attisdropped;
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'column "%" of table % does not exist', col, tbl USING ERRCODE = 'undefined_column';
+    END IF;
+    IF n NOT IN (SELECT ttl._value_columns(p)) THEN
+        RAISE EXCEPTION 'column "%" of table % is not a value column (it is in the primary key, or pg_ttl''s own)', col, tbl
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF nullif(btrim(new_type), '') IS NULL THEN
+        RAISE EXCEPTION 'a type is needed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'ttl_value_' || n, tbl);
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s', tbl, col, new_type)
+            || coalesce(' USING ' || using_expr, '');
+    -- (ALTER TABLE's event trigger has made it again already, unless event triggers are off)
+    IF ttl._value_triggers_stale(tbl) THEN
+        PERFORM ttl._value_triggers_sync(tbl);
+    END IF;
+END
+$fn$;
+
 -- Whether a CQL-style table's value triggers are out of step with its columns
 -- (a column added, dropped or renamed): then ALTER TABLE's event trigger syncs them.
 CREATE OR REPLACE FUNCTION ttl._value_triggers_stale(tbl oid) RETURNS boolean
