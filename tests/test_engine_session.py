@@ -253,3 +253,31 @@ def test_a_small_tables_run_is_six_statements_of_the_engine_session(
                          " FROM ttl.run r JOIN ttl.run_unit u USING (run_id) WHERE r.table_name <> 'warm'"
                          " ORDER BY r.run_id").fetchall()
     assert ended == [("small", "ok", True, "ok", 10), ("held", "ok", True, "ok", 9)]
+
+
+def test_worker_sessions_carry_tcp_keepalives_unless_the_dsn_sets_its_own(dsn: str, connect: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that vanishes without closing the connection must not leave a loop blocked in
+    a read: the worker's control and engine sessions are opened with TCP keepalives and a user
+    timeout (pg_ttl/worker/config.py, DatabaseConfig.connect_dsn); a DSN's own values win."""
+    conn = connect()
+    ttl_table(conn, "ka")
+    seen: dict[str, dict[str, str]] = {}
+    real_connect = psycopg.connect
+
+    def recording_connect(*args: Any, **kwargs: Any) -> Any:
+        c = real_connect(*args, **kwargs)
+        seen[str(kwargs.get("application_name"))] = {
+            o.keyword.decode(): o.val.decode() for o in c.pgconn.info if o.val is not None}
+        return c
+
+    monkeypatch.setattr(psycopg, "connect", recording_connect)
+    mine = psycopg.conninfo.make_conninfo(dsn, keepalives_idle="7")
+    cfg = config_mod.load({"dsns": [mine], "allow_superuser": True, "name": "w-keepalive"}, environ={})
+    assert Worker(cfg, once=True).run() == 0
+    assert _count(conn, "ka") == 5
+    for session in ("pg-ttl worker", "pg-ttl engine"):
+        got = seen[session]
+        assert (got["keepalives"], got["keepalives_interval"], got["keepalives_count"],
+                got["tcp_user_timeout"]) == ("1", "10", "6", "120000"), session
+        assert got["keepalives_idle"] == "7", session  # the DSN's own

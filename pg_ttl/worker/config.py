@@ -39,6 +39,23 @@ class DatabaseConfig:
     dsn: str
     name: str
 
+    @property
+    def connect_dsn(self) -> str:
+        """The DSN the worker connects with: ``dsn`` plus TCP keepalives and a user timeout
+        where it sets none. A server that vanishes without closing the connection (host
+        down, network cut) would otherwise leave a loop blocked in a read for as long as
+        the kernel retries (15 minutes or more), its thread alive, so that systemd's
+        watchdog never fires; with these the connection fails within about two minutes and
+        the loop reconnects. (libpq ignores them on Unix-domain sockets.)"""
+        given = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        extra = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
+        return psycopg.conninfo.make_conninfo(self.dsn, **extra) if extra else self.dsn
+
+
+# libpq connection options; see DatabaseConfig.connect_dsn.
+NETWORK_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10",
+                    "keepalives_count": "6", "tcp_user_timeout": "120000"}
+
 
 @dataclass
 class WorkerConfig:

@@ -126,7 +126,7 @@ class Rounds:
         if self._engine is not None and self._engine.broken:
             self.close()
         if self._engine is None:
-            self._engine = self.loop.shared.engine(self.loop.db.dsn)
+            self._engine = self.loop.shared.engine(self.loop.db.connect_dsn)
         self._engine_used = time.monotonic()
         return self._engine
 

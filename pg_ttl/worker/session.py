@@ -76,7 +76,8 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | No
 
 def connect(loop: LoopState) -> Conn:
     """The loop's control session, checked: not a refused role, pg_ttl installed, in the version we run."""
-    conn = psycopg.connect(loop.db.dsn, autocommit=True, application_name="pg-ttl worker", connect_timeout=10)
+    conn = psycopg.connect(loop.db.connect_dsn, autocommit=True, application_name="pg-ttl worker",
+                           connect_timeout=10)
     try:
         check_role(loop, conn)
         row = conn.execute(IS_INSTALLED).fetchone()
