@@ -1,15 +1,21 @@
 """pg_ttl: time-to-live for PostgreSQL."""
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pg_ttl.settings import TableDescription, Tier, TtlSettings, alter_table, describe_table
 
-try:
-    __version__ = version("pg-ttl")
-except PackageNotFoundError:  # running from a checkout that is not installed
-    __version__ = "0.0.0+unknown"
+    __version__: str
+
+
+def _version() -> str:
+    # Read on first use (see __getattr__): importlib.metadata costs every command start-up time.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pg-ttl")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        return "0.0.0+unknown"
 
 
 def rewrite(sql: str, filename: str = "<input>") -> str:
@@ -21,6 +27,9 @@ def rewrite(sql: str, filename: str = "<input>") -> str:
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        value = globals()["__version__"] = _version()  # once: later reads find the global
+        return value
     # The Python API (pg_ttl/settings.py), imported on use: psycopg costs start-up time.
     if name in ("TtlSettings", "Tier", "TableDescription", "alter_table", "describe_table"):
         from pg_ttl import settings

@@ -7,12 +7,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
+from typing import Any, NoReturn
 
-import psycopg
-
-from pg_ttl import __version__
-from pg_ttl.cli.common import CliError, console_err
-from pg_ttl.localserver import LocalServerError
+# Start-up time: `pg-ttl --help` imports this package and every module of COMMAND_MODULES, so
+# none of them imports psycopg, rich, importlib.metadata or the engine at top level; the
+# commands import what they need when they run (tests/test_cli_startup.py).
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError
 
 # Modules that add subcommands; each defines register(subparsers).
 COMMAND_MODULES = [
@@ -40,6 +41,18 @@ Quick start:
 """
 
 
+class _VersionAction(argparse._VersionAction):
+    """--version: the package version is read only when asked for (importlib.metadata is slow to import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> NoReturn:
+        from pg_ttl import __version__
+
+        self.version = f"pg-ttl {__version__}"
+        super().__call__(parser, namespace, values, option_string)
+        raise AssertionError("unreachable: argparse exits after --version")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pg-ttl",
@@ -47,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"pg-ttl {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="on an error, also print PostgreSQL's CONTEXT (which of pg_ttl's functions raised it; "
                         "sets pg_ttl.verbose_errors for the session) and, for an unexpected error, the traceback")
@@ -58,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(exc: BaseException) -> str:
+    import psycopg
+
     if isinstance(exc, psycopg.Error):
         diag = exc.diag
         msg = diag.message_primary or str(exc).strip().splitlines()[0]
@@ -71,14 +86,22 @@ def _one_line(exc: BaseException) -> str:
 
 def _context(exc: BaseException) -> None:
     """With --verbose: where in pg_ttl's functions the server raised the error."""
+    import psycopg
+
     if isinstance(exc, psycopg.Error) and exc.diag.context:
-        console_err.print("CONTEXT: " + exc.diag.context.strip(), markup=False, highlight=False)
+        common.console_err.print("CONTEXT: " + exc.diag.context.strip(), markup=False, highlight=False)
 
 
 def _unwrap(exc: BaseException) -> BaseException:
     # SQLAlchemy (under alembic) wraps driver errors; report the driver's.
     orig = getattr(exc, "orig", None)
     return orig if isinstance(orig, BaseException) else exc
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """CliError, and LocalServerError once pg_ttl.localserver is loaded (before, nothing can have raised it)."""
+    module = sys.modules.get("pg_ttl.localserver")
+    return (CliError,) if module is None else (CliError, module.LocalServerError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,29 +113,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:
-        console_err.print("pg-ttl: interrupted")
+        common.console_err.print("pg-ttl: interrupted")
         return 130
-    except (CliError, LocalServerError) as exc:
-        console_err.print(f"pg-ttl: {exc}", markup=False, highlight=False)
+    except _user_errors() as exc:
+        common.console_err.print(f"pg-ttl: {exc}", markup=False, highlight=False)
         return exc.exit_code if isinstance(exc, CliError) else 1
     except Exception as exc:
+        if "psycopg" not in sys.modules:
+            raise  # a bug (no driver error without the driver loaded): the traceback says where
+        import psycopg
+
         err = _unwrap(exc)
         if args.verbose:
             _context(err)
         if isinstance(err, psycopg.OperationalError) and not isinstance(err, psycopg.errors.QueryCanceled):
-            console_err.print(f"pg-ttl: cannot connect to PostgreSQL: {_one_line(err)}", markup=False,
-                              highlight=False)
+            common.console_err.print(f"pg-ttl: cannot connect to PostgreSQL: {_one_line(err)}", markup=False,
+                                     highlight=False)
             return 2
         if isinstance(err, psycopg.errors.LockNotAvailable):
-            console_err.print(f"pg-ttl: {_one_line(err)}: another session holds a lock this needs "
-                              "(a long transaction, or a worker mid-run); nothing was changed, retry later",
-                              markup=False, highlight=False)
+            common.console_err.print(f"pg-ttl: {_one_line(err)}: another session holds a lock this needs "
+                                     "(a long transaction, or a worker mid-run); nothing was changed, retry later",
+                                     markup=False, highlight=False)
             return 1
         if isinstance(err, psycopg.errors.InsufficientPrivilege):
-            console_err.print(f"pg-ttl: permission denied: {_one_line(err)}", markup=False, highlight=False)
+            common.console_err.print(f"pg-ttl: permission denied: {_one_line(err)}", markup=False, highlight=False)
             return 3
         if isinstance(err, psycopg.Error):
-            console_err.print(f"pg-ttl: {_one_line(err)}", markup=False, highlight=False)
+            common.console_err.print(f"pg-ttl: {_one_line(err)}", markup=False, highlight=False)
             return 1
         raise  # a bug: the traceback says where
 

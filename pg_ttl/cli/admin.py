@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pg_ttl import __version__, install
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, resolve_dsn
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, resolve_dsn
+
+# pg_ttl.install (psycopg) and __version__ (importlib.metadata) are imported by the commands that
+# use them: every `pg-ttl` start, --help included, imports this module.
+if TYPE_CHECKING:
+    from pg_ttl.install import SchemaError
 
 
 def register(sub: Any) -> None:
@@ -48,11 +53,15 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_version)
 
 
-def _exit_code(exc: install.SchemaError) -> int:
+def _exit_code(exc: SchemaError) -> int:
+    from pg_ttl import install
+
     return 3 if isinstance(exc, install.NeedsSuperuser) else 1  # 3: permission denied, as for the server's
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    from pg_ttl import __version__, install
+
     if args.print_sql:
         sys.stdout.write(install.install_sql())
         return 0
@@ -61,14 +70,16 @@ def cmd_install(args: argparse.Namespace) -> int:
     except install.SchemaError as exc:
         raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     if result.was_installed:
-        console.print(f"pg_ttl is already installed (schema revision {result.before}); "
-                      f"now at revision {result.after}, functions refreshed.")
+        common.console.print(f"pg_ttl is already installed (schema revision {result.before}); "
+                             f"now at revision {result.after}, functions refreshed.")
     else:
-        console.print(f"pg_ttl {__version__} installed: schema ttl at revision {result.after}.")
+        common.console.print(f"pg_ttl {__version__} installed: schema ttl at revision {result.after}.")
     return 0
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    from pg_ttl import __version__, install
+
     dsn = resolve_dsn(args)
     with connect(args) as conn:
         if install.installed_revision(conn) is None:
@@ -83,29 +94,31 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     except install.SchemaError as exc:
         raise CliError(str(exc)) from exc
     if plan.steps:
-        console.print(f"Upgrading schema ttl from revision {plan.before} to {plan.after}:", highlight=False)
+        common.console.print(f"Upgrading schema ttl from revision {plan.before} to {plan.after}:", highlight=False)
         for step in plan.steps:
-            console.print(f"  {step.revision}  {step.description}", markup=False, highlight=False)
+            common.console.print(f"  {step.revision}  {step.description}", markup=False, highlight=False)
     else:
-        console.print(f"Schema ttl is at revision {plan.after}: no migration to run.", highlight=False)
+        common.console.print(f"Schema ttl is at revision {plan.after}: no migration to run.", highlight=False)
     for name in plan.removed:
-        console.print(f"  drop {name} (no longer part of pg_ttl)", markup=False, highlight=False)
-    console.print("  replace pg_ttl's functions, views and triggers with this package's "
-                  f"(pg-ttl {__version__}); tables and their data are kept", highlight=False)
+        common.console.print(f"  drop {name} (no longer part of pg_ttl)", markup=False, highlight=False)
+    common.console.print("  replace pg_ttl's functions, views and triggers with this package's "
+                         f"(pg-ttl {__version__}); tables and their data are kept", highlight=False)
     try:
         result = install.upgrade(dsn, dry_run=args.dry_run)
     except install.SchemaError as exc:
         raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
     if args.dry_run:
-        console.print("Dry run: the upgrade applies cleanly; it was rolled back, nothing changed.")
+        common.console.print("Dry run: the upgrade applies cleanly; it was rolled back, nothing changed.")
     elif result.before == result.after:
-        console.print(f"pg_ttl schema already at revision {result.after}; functions refreshed.")
+        common.console.print(f"pg_ttl schema already at revision {result.after}; functions refreshed.")
     else:
-        console.print(f"pg_ttl schema upgraded from revision {result.before} to {result.after}.")
+        common.console.print(f"pg_ttl schema upgraded from revision {result.before} to {result.after}.")
     return 0
 
 
 def cmd_downgrade(args: argparse.Namespace) -> int:
+    from pg_ttl import install
+
     dsn = resolve_dsn(args)
     with connect(args) as conn:
         before = install.installed_revision(conn)
@@ -115,18 +128,20 @@ def cmd_downgrade(args: argparse.Namespace) -> int:
         after = install.downgrade(dsn, args.to)
     except install.SchemaError as exc:
         raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
-    console.print(f"pg_ttl schema downgraded from revision {before} to {after}. Install the pg-ttl version that "
-                  "matches it and run its pg-ttl upgrade to restore its functions and views.", highlight=False)
+    common.console.print(f"pg_ttl schema downgraded from revision {before} to {after}. Install the pg-ttl version that "
+                         "matches it and run its pg-ttl upgrade to restore its functions and views.", highlight=False)
     return 0
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
+    from pg_ttl import install
+
     dsn = resolve_dsn(args)
     with connect(args) as conn:
         installed = install.installed_revision(conn)
         db = conn.info.dbname
     if installed is None:
-        console.print("pg_ttl is not installed in this database; nothing to do.")
+        common.console.print("pg_ttl is not installed in this database; nothing to do.")
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
@@ -134,20 +149,22 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         answer = input(f"Remove pg_ttl (schema ttl, all TTL policies and run history) from database {db!r}? "
                        "User tables stay. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
-            console.print("Aborted; nothing changed.")
+            common.console.print("Aborted; nothing changed.")
             return 1
     try:
         removed = install.uninstall(dsn)
     except install.SchemaError as exc:
         raise CliError(f"{exc} (nothing was changed)", exit_code=_exit_code(exc)) from exc
-    console.print(f"pg_ttl uninstalled from {db!r}: {removed} TTL polic{'y' if removed == 1 else 'ies'} removed, "
-                  "user tables untouched.")
+    common.console.print(f"pg_ttl uninstalled from {db!r}: {removed} TTL polic{'y' if removed == 1 else 'ies'} "
+                         "removed, user tables untouched.")
     return 0
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    console.print(f"package   pg-ttl {__version__} (schema revision {install.head_revision()})")
+    from pg_ttl import __version__, install
+
+    common.console.print(f"package   pg-ttl {__version__} (schema revision {install.head_revision()})")
     with connect(args) as conn:
         rev = install.installed_revision(conn)
-    console.print(f"database  {'not installed' if rev is None else 'schema revision ' + rev}")
+    common.console.print(f"database  {'not installed' if rev is None else 'schema revision ' + rev}")
     return 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 EXAMPLES = """\
 examples:
@@ -70,7 +71,7 @@ def cmd_storage_create(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         conn.execute("SELECT ttl.create_storage(%s, %s)", (args.name, args.url))
-    console.print(f"storage {args.name}: {args.url}")
+    common.console.print(f"storage {args.name}: {args.url}")
     return 0
 
 
@@ -86,7 +87,7 @@ def cmd_storage_check(args: argparse.Namespace) -> int:
         open_storage(args.name, str(row[0])).check()
     except StorageError as exc:
         raise CliError(str(exc)) from exc
-    console.print(f"storage {args.name}: writable and readable ({row[0]})")
+    common.console.print(f"storage {args.name}: writable and readable ({row[0]})")
     return 0
 
 
@@ -94,7 +95,7 @@ def cmd_storage_drop(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         conn.execute("SELECT ttl.drop_storage(%s)", (args.name,))
-    console.print(f"storage {args.name} removed")
+    common.console.print(f"storage {args.name} removed")
     return 0
 
 
@@ -112,8 +113,8 @@ def cmd_archive_list(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col in ("rows", "bytes") else "left")
     for storage, key, n, size, lo, hi, at in rows:
         table.add_row(storage, key, f"{n:,}", f"{size:,}", str(lo), str(hi), str(at))
-    console.print(table)
-    console.print(f"{len(rows)} objects, {sum(r[2] for r in rows):,} rows")
+    common.console.print(table)
+    common.console.print(f"{len(rows)} objects, {sum(r[2] for r in rows):,} rows")
     return 0
 
 
@@ -127,6 +128,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
             done = restore(conn, args.table, args.since, args.until, args.tier)
         except StorageError as exc:
             raise CliError(str(exc)) from exc
-    console.print(f"restored {done.rows_inserted:,} rows into {args.table} "
-                  f"({done.rows_read:,} read from {done.objects} objects; rows already there were kept)")
+    common.console.print(f"restored {done.rows_inserted:,} rows into {args.table} "
+                         f"({done.rows_read:,} read from {done.objects} objects; rows already there were kept)")
     return 0

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from rich.console import Console
+# psycopg and rich are imported on use: every `pg-ttl` start (--help, --version) would pay for them.
+if TYPE_CHECKING:
+    import psycopg
+    from rich.console import Console
 
-console = Console()
-console_err = Console(stderr=True, soft_wrap=True)  # errors stay one line, whatever the width
+    console: Console
+    console_err: Console
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``console_err``: rich Consoles, made on first use and kept."""
+    if name not in ("console", "console_err"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    # console_err: errors stay one line, whatever the width
+    made = Console() if name == "console" else Console(stderr=True, soft_wrap=True)
+    globals()[name] = made
+    return made
 
 
 class CliError(Exception):
@@ -30,6 +44,8 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_dsn(args: argparse.Namespace) -> str:
+    import psycopg
+
     dsn = args.dsn if getattr(args, "dsn", None) is not None else os.environ.get("PGTTL_DSN", "")
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
@@ -39,6 +55,8 @@ def resolve_dsn(args: argparse.Namespace) -> str:
 
 
 def connect(args: argparse.Namespace, autocommit: bool = True) -> psycopg.Connection[Any]:
+    import psycopg
+
     return psycopg.connect(resolve_dsn(args), autocommit=autocommit, application_name="pg-ttl")
 
 

@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from pg_ttl.cli.common import CliError, add_dsn, connect, console_err, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 REWRITE_EPILOG = """\
 TTL DDL, e.g.:
@@ -84,8 +85,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise CliError(f"{exc} (nothing applied)") from exc
         except TtlDdlError as exc:
             raise CliError(str(exc)) from exc
-    console_err.print(f"{name}: applied {result.statements} statement(s), {result.changed} with TTL DDL",
-                      markup=False, highlight=False)
+    common.console_err.print(f"{name}: applied {result.statements} statement(s), {result.changed} with TTL DDL",
+                             markup=False, highlight=False)
     return 0
 
 
@@ -99,6 +100,6 @@ def cmd_dump(args: argparse.Namespace) -> int:
         except NoTtlError as exc:
             raise CliError(str(exc)) from exc
     if not text:
-        console_err.print("-- no TTL policies", markup=False, highlight=False)
+        common.console_err.print("-- no TTL policies", markup=False, highlight=False)
     sys.stdout.write(text)
     return 0

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import signal
-import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from rich.table import Table
+from pg_ttl.cli import common
 
-from pg_ttl import catalog, install
-from pg_ttl.archive.storage import StorageError
-from pg_ttl.cli.common import console
-from pg_ttl.localserver import LocalServer
+# Heavy modules (psycopg, rich, the engine) are imported by the commands that use them:
+# every `pg-ttl` start, --help included, imports this module.
+if TYPE_CHECKING:
+    import psycopg
+    from rich.table import Table
 
 DEMO_SQL = """
 CREATE TABLE events (
@@ -44,77 +43,92 @@ def register(sub: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from pg_ttl import install
+    from pg_ttl.localserver import LocalServer
+
     # SIGTERM should clean up like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with console.status("starting a throwaway PostgreSQL…"):
+    with common.console.status("starting a throwaway PostgreSQL…"):
         server = LocalServer()
     try:
-        with console.status(f"starting a throwaway PostgreSQL ({server.bindir})…"):
+        with common.console.status(f"starting a throwaway PostgreSQL ({server.bindir})…"):
             server.start()
-        console.print(f"[bold]1.[/] Started {server.version} on port {server.port} (data in {server.base_dir}).")
+        common.console.print(f"[bold]1.[/] Started {server.version} on port {server.port} (data in {server.base_dir}).")
         dsn = server.create_database("demo")
         result = install.upgrade(dsn)
-        console.print(f"[bold]2.[/] pg-ttl install → schema ttl at revision {result.after}.")
+        common.console.print(f"[bold]2.[/] pg-ttl install → schema ttl at revision {result.after}.")
         with psycopg.connect(dsn, autocommit=True) as conn:
             run_demo(conn, dsn, args.rows)
     finally:
-        with console.status("removing the throwaway server…"):
+        with common.console.status("removing the throwaway server…"):
             server.cleanup()
-        console.print("Throwaway server stopped and removed.")
+        common.console.print("Throwaway server stopped and removed.")
     return 0
 
 
 def run_demo(conn: psycopg.Connection[Any], dsn: str, rows: int) -> None:
+    import tempfile
+
+    from pg_ttl import catalog
     from pg_ttl.expire import expire
 
     conn.execute(DEMO_SQL)
     conn.execute(DEMO_ROWS, {"rows": rows})
     conn.execute("ANALYZE events")
-    console.print(f"[bold]3.[/] Created table events with {rows} rows, created_at spread over the last 60 days.")
+    common.console.print(f"[bold]3.[/] Created table events with {rows} rows, created_at spread over the last 60 days.")
     sql = "SELECT ttl.enable('events', expire_after => '30 days', column_name => 'created_at', job_cron => '@hourly')"
     conn.execute(sql)
-    console.print(f"[bold]4.[/] {sql}")
+    common.console.print(f"[bold]4.[/] {sql}")
     policy = catalog.list_policies(conn)[0]
-    console.print(f"    policy: {policy.table_name} expires at {policy.expiry_description}, runs {policy.job_cron}")
+    common.console.print(f"    policy: {policy.table_name} expires at {policy.expiry_description}, "
+                         f"runs {policy.job_cron}")
     with tempfile.TemporaryDirectory(prefix="pg-ttl-demo-archive-") as archive:
         tiered = _add_tier(conn, archive)
-        console.print(_by_state(conn, "events by expiry state, before", tiered))
-        console.print("[bold]5.[/] pg-ttl run events  (one expiration pass; `pg-ttl worker` runs them on schedule)")
+        common.console.print(_by_state(conn, "events by expiry state, before", tiered))
+        common.console.print("[bold]5.[/] pg-ttl run events  "
+                             "(one expiration pass; `pg-ttl worker` runs them on schedule)")
         for result in expire(dsn, ["events"]):
             for unit in result.units:
                 done = "moved to storage local" if unit.action == "archive" else "expired rows deleted"
-                console.print(f"    {unit.unit}: {unit.action} ({unit.strategy or '-'}), {unit.rows_deleted} {done} "
-                              f"in {unit.duration:.3f} s, status {unit.status}")
-        console.print(_by_state(conn, "events by expiry state, after", tiered))
+                common.console.print(f"    {unit.unit}: {unit.action} ({unit.strategy or '-'}), "
+                                     f"{unit.rows_deleted} {done} in {unit.duration:.3f} s, status {unit.status}")
+        common.console.print(_by_state(conn, "events by expiry state, after", tiered))
         if tiered:
             objects, moved = conn.execute("SELECT count(*), coalesce(sum(rows), 0) FROM ttl.archive").fetchone() \
                 or (0, 0)
-            console.print(f"    archive (pg-ttl archive list events): {moved} rows in {objects} Parquet objects under "
-                          f"{archive}, each read back and verified; pg-ttl restore events brings them back")
+            common.console.print(f"    archive (pg-ttl archive list events): {moved} rows in {objects} Parquet "
+                                 f"objects under {archive}, each read back and verified; pg-ttl restore events "
+                                 "brings them back")
     row = conn.execute("SELECT status, rows_deleted, duration FROM ttl.last_run WHERE table_name = 'events'").fetchone()
     if row is not None:
-        console.print(f"    run history (SELECT * FROM ttl.last_run): status {row[0]}, {row[1]} rows deleted, "
-                      f"took {row[2]}")
+        common.console.print(f"    run history (SELECT * FROM ttl.last_run): status {row[0]}, {row[1]} rows deleted, "
+                             f"took {row[2]}")
 
 
 def _add_tier(conn: psycopg.Connection[Any], directory: str) -> bool:
     """A storage tier to a temporary directory: rows 14 days old move there as Parquet before
     the 30-day TTL deletes them (needs pyarrow, the archive extra)."""
+    from pg_ttl.archive.storage import StorageError
+
     try:
         from pg_ttl.archive import parquet
 
         parquet.load()
     except StorageError:
-        console.print("    (tiers: pip install 'pg-ttl[archive]' to see rows moved to storage first)")
+        common.console.print("    (tiers: pip install 'pg-ttl[archive]' to see rows moved to storage first)")
         return False
     conn.execute("SELECT ttl.create_storage('local', %s)", (f"file://{directory}",))
     sql = """SELECT ttl.set_tiers('events', '[{"after": "14 days", "to": "local"}]')"""
     conn.execute(sql)
-    console.print(f"    {sql}  (storage local: {directory})")
+    common.console.print(f"    {sql}  (storage local: {directory})")
     return True
 
 
 def _by_state(conn: psycopg.Connection[Any], title: str, tiered: bool) -> Table:
+    from rich.table import Table
+
     counts = Table(title=title)
     counts.add_column("state")
     counts.add_column("rows", justify="right")

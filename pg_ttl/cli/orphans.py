@@ -6,9 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 EXAMPLES = """\
 examples:
@@ -94,7 +93,8 @@ def cmd_set(args: argparse.Namespace) -> int:
              "pkey": (keys if len(keys) > 1 else keys[0]) if keys else None, "min_age": args.min_age,
              "age": args.age_column, "unit": args.age_unit, "cron": args.cron, "rb": args.range_bytes,
              "dbs": args.delete_batch_size})
-    console.print(f"orphan policy of {args.table} set: children of {', '.join(args.parent)} older than {args.min_age}")
+    common.console.print(f"orphan policy of {args.table} set: children of {', '.join(args.parent)} "
+                         f"older than {args.min_age}")
     return 0
 
 
@@ -102,7 +102,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         conn.execute("SELECT ttl.disable_orphans(%s)", (args.table,))
-    console.print(f"orphan policy of {args.table} removed")
+    common.console.print(f"orphan policy of {args.table} removed")
     return 0
 
 
@@ -130,6 +130,8 @@ def _age_rule(rep: Any) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     reports = _reports(args, estimate=False)
     if args.json:
         print(json.dumps([{
@@ -144,12 +146,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                        "last_error": u.last_error} for u in r.units]} for r in reports], indent=2))
         return 0
     if not reports:
-        console.print("No orphan policies.")
+        common.console.print("No orphan policies.")
         return 0
     for r in reports:
-        console.print(f"[bold]{r.table}[/]: children of {r.parents}, deleted once {_age_rule(r)}")
+        common.console.print(f"[bold]{r.table}[/]: children of {r.parents}, deleted once {_age_rule(r)}")
         if r.waiting:
-            console.print(f"  [yellow]{r.waiting}[/]")
+            common.console.print(f"  [yellow]{r.waiting}[/]")
         table = Table(show_header=True)
         for col in ("partition", "sweep", "ranges done", "given up", "failing", "last run", "orphans deleted",
                     "note"):
@@ -164,11 +166,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                           f"{u.done}/{u.ranges}", str(len(u.given_up)), str(len(u.failing)),
                           f"{u.last_run} {u.last_status}" if u.last_run else "never", f"{u.last_deleted:,}",
                           "; ".join(dict.fromkeys(notes)))
-        console.print(table)
+        common.console.print(table)
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     reports = _reports(args, estimate=True)
     if args.json:
         print(json.dumps([{
@@ -178,7 +182,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                        for unit, estimates in r.ranges.items() for e in estimates]} for r in reports], indent=2))
         return 0
     if not reports:
-        console.print("No orphan policies.")
+        common.console.print("No orphan policies.")
         return 0
     for r in reports:
         table = Table(title=f"orphans of {r.table} a run now would delete (estimated: nothing was changed)")
@@ -189,10 +193,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 mark = "" if e.exact else " ~"
                 table.add_row(unit if unit != r.table else "—", str(e.range_no), f"{e.first_block}-{e.end_block}",
                               f"{e.rows:,}{mark}", f"{e.orphans:,}{mark}")
-        console.print(table)
+        common.console.print(table)
         if r.waiting:
-            console.print(f"[yellow]{r.waiting}[/]")
-    console.print("Ranges marked ~ are estimated from a few of their blocks; the others were counted whole.")
+            common.console.print(f"[yellow]{r.waiting}[/]")
+    common.console.print("Ranges marked ~ are estimated from a few of their blocks; the others were counted whole.")
     return 0
 
 

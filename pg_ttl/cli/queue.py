@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-import psycopg
-
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, console_err, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 EXAMPLES = """\
 examples:
@@ -65,15 +64,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     assert row is not None
     missing, late, extra, repaired = int(row[0]), int(row[1]), int(row[2]), bool(row[3])
     if missing == 0 and late == 0 and (extra == 0 or not args.repair):
-        console.print(f"queue of {args.table}: every row has its entry"
-                      + (f" ({extra} extra entries: a pass removes them when due)" if extra else ""))
+        common.console.print(f"queue of {args.table}: every row has its entry"
+                             + (f" ({extra} extra entries: a pass removes them when due)" if extra else ""))
         return 0
-    console.print(f"queue of {args.table}: {missing} rows missing, {late} late, {extra} extra entries"
-                  + (" - repaired" if repaired else ""))
+    common.console.print(f"queue of {args.table}: {missing} rows missing, {late} late, {extra} extra entries"
+                         + (" - repaired" if repaired else ""))
     return 0 if repaired or (missing == 0 and late == 0) else 1
 
 
 def cmd_set(args: argparse.Namespace) -> int:
+    import psycopg
+
     if args.batch < 1:
         raise CliError("--batch must be at least 1", exit_code=2)
     with connect(args) as conn:
@@ -85,11 +86,11 @@ def cmd_set(args: argparse.Namespace) -> int:
             raise CliError(f"{args.table} is locked by another session (waited --lock-timeout {args.lock_timeout}):"
                            " nothing changed; try again, or with a longer --lock-timeout") from exc
         if args.shards == 0:
-            console.print(f"queue of {args.table}: off")
+            common.console.print(f"queue of {args.table}: off")
             return 0
         if not args.fill:
-            console.print(f"queue of {args.table}: {args.shards} shards; the next pass adds the existing rows "
-                          "(or: --fill)")
+            common.console.print(f"queue of {args.table}: {args.shards} shards; the next pass adds the existing rows "
+                                 "(or: --fill)")
             return 0
         added, reported = 0, 0
         while True:
@@ -103,7 +104,7 @@ def cmd_set(args: argparse.Namespace) -> int:
             if int(row[0]) == 0:
                 raise CliError(f"queue of {args.table}: the fill made no progress; run it again")
             if added - reported >= 100_000:
-                console_err.print(f"queue of {args.table}: {added:,} rows added so far")
+                common.console_err.print(f"queue of {args.table}: {added:,} rows added so far")
                 reported = added
-    console.print(f"queue of {args.table}: {args.shards} shards, filled ({added:,} rows added)")
+    common.console.print(f"queue of {args.table}: {args.shards} shards, filled ({added:,} rows added)")
     return 0

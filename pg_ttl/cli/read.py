@@ -6,10 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
-from pg_ttl import catalog
-from pg_ttl.cli.common import add_dsn, connect, console, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import add_dsn, connect, require_installed
 
 
 def register(sub: Any) -> None:
@@ -25,6 +23,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from pg_ttl import catalog
+
     with connect(args) as conn:
         require_installed(conn)
         policies = catalog.list_policies(conn)
@@ -35,8 +37,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         ], indent=2))
         return 0
     if not policies:
-        console.print("No TTL policies. Enable one with: SELECT ttl.enable('table', expire_after => '30 days', "
-                      "column_name => 'created_at');")
+        common.console.print("No TTL policies. Enable one with: SELECT ttl.enable('table', expire_after => '30 days', "
+                             "column_name => 'created_at');")
         return 0
     table = Table(title="TTL policies")
     for col in ("table", "expires at", "schedule", "batch (select/delete)", "rate limit (select/delete)",
@@ -52,7 +54,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             p.partition_action,
             "[yellow]paused[/]" if p.paused else "[green]active[/]",
         )
-    console.print(table)
+    common.console.print(table)
     return 0
 
 
@@ -61,6 +63,10 @@ POLICY_METADATA = {"table": "table", "created_at": "policy created at", "updated
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from pg_ttl import catalog
+
     with connect(args) as conn:
         require_installed(conn)
         rows = catalog.describe(conn, args.table)
@@ -78,7 +84,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             meta.add_row(POLICY_METADATA[option], shown)
         else:
             table.add_row(option, shown)
-    console.print(table)
+    common.console.print(table)
     if meta.row_count:
-        console.print(meta)
+        common.console.print(meta)
     return 0

@@ -7,13 +7,17 @@ import json
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed, resolve_dsn
 
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed, resolve_dsn
-from pg_ttl.expire import EngineError, TableResult, UnitResult, expire, plan
+# Heavy modules (psycopg, rich, the engine) are imported by the commands that use them:
+# every `pg-ttl` start, --help included, imports this module.
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from pg_ttl.expire import TableResult, UnitResult
 
 
 def register(sub: Any) -> None:
@@ -114,6 +118,10 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from pg_ttl.expire import EngineError, expire
+
     with connect(args) as conn:
         require_installed(conn)
     stop = threading.Event()
@@ -121,12 +129,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
     try:
         # Bars only on a terminal: in a log they would be redrawn line after line.
-        if args.quiet or args.json or not console.is_terminal:
+        if args.quiet or args.json or not common.console.is_terminal:
             results = expire(dsn, args.tables or None, stop=stop, worker="pg-ttl run")
         else:
             columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TextColumn("rows"), TimeElapsedColumn())
-            with Progress(*columns, console=console, transient=False) as progress:
+            with Progress(*columns, console=common.console, transient=False) as progress:
                 results = expire(dsn, args.tables or None, stop=stop, progress=BarProgress(progress),
                                  worker="pg-ttl run")
     except EngineError as exc:
@@ -136,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         _summary(results)
         if stop.is_set():
-            console.print("Stopped after the current batch; the next run resumes from there.")
+            common.console.print("Stopped after the current batch; the next run resumes from there.")
     return 1 if any(r.status == "failed" for r in results) else 0
 
 
@@ -161,8 +169,10 @@ SUMMARY_ROWS = 50
 
 
 def _summary(results: list[TableResult]) -> None:
+    from rich.table import Table
+
     if not results:
-        console.print("No TTL policies to run.")
+        common.console.print("No TTL policies to run.")
         return
     table = Table(title="expiration run")
     for col in ("table", "status", "rows deleted", "partitions dropped", "partitions detached", "time", "note"):
@@ -188,12 +198,16 @@ def _summary(results: list[TableResult]) -> None:
                       str(sum(r.partitions_dropped for r in results)),
                       str(sum(r.partitions_detached for r in results)), f"{sum(r.duration for r in results):.2f}s",
                       "total")
-    console.print(table)
+    common.console.print(table)
     if len(shown) < len(results):
-        console.print(f"{len(results) - len(shown):,} more runs (ok, nothing to do) not listed.")
+        common.console.print(f"{len(results) - len(shown):,} more runs (ok, nothing to do) not listed.")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from pg_ttl.expire import EngineError, plan
+
     with connect(args) as conn:
         require_installed(conn)
         try:
@@ -209,7 +223,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                            **({"then": p.then} if p.then else {})} for p in plans], indent=2))
         return 0
     if not plans:
-        console.print("No TTL policies.")
+        common.console.print("No TTL policies.")
         return 0
     table = Table(title="expiration plan (dry run: nothing was changed)")
     for col in ("table", "partition", "action", "rows that would go", "rows now", "oldest expiry", "reclaimed ~"):
@@ -226,9 +240,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       f"{p.total_rows:,}{estimated}",
                       p.oldest_expiry.strftime("%Y-%m-%d %H:%M:%S%z") if p.oldest_expiry else "—",
                       _bytes(p.bytes_reclaimed if p.rows else 0))
-    console.print(table)
+    common.console.print(table)
     if any(p.action == "orphans" for p in plans):
-        console.print("~: orphans estimated from a few blocks of each range (pg-ttl orphans plan TABLE: per range).")
+        common.console.print("~: orphans estimated from a few blocks of each range "
+                             "(pg-ttl orphans plan TABLE: per range).")
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 EXAMPLES = """\
 examples (and what they are in YDB):
@@ -82,7 +83,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         conn.execute("SELECT ttl.set_options(%s, %s::jsonb)", (args.table, json.dumps(options)))
-    console.print(f"TTL of {args.table}: rows expire {options['expire_after']} after {args.column}")
+    common.console.print(f"TTL of {args.table}: rows expire {options['expire_after']} after {args.column}")
     return 0
 
 
@@ -90,7 +91,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         require_installed(conn)
         conn.execute("SELECT ttl.disable(%s)", (args.table,))
-    console.print(f"TTL of {args.table} removed")
+    common.console.print(f"TTL of {args.table} removed")
     return 0
 
 

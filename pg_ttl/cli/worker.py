@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from pg_ttl.cli.common import CliError, add_dsn, connect, console, require_installed
+from pg_ttl.cli import common
+from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed
 
 if TYPE_CHECKING:
     from pg_ttl.worker.status import TableStatus, TierBacklog
@@ -144,6 +141,8 @@ def _fmt_backlog(t: TableStatus) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from pg_ttl.worker.status import collect
 
     with connect(args) as conn:
@@ -155,7 +154,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status.to_json(), indent=2))
         return 0
     if not status.tables:
-        console.print("No TTL policies.")
+        common.console.print("No TTL policies.")
     else:
         table = Table(title="TTL status")
         tiered = any(t.archive_backlog for t in status.tables)
@@ -174,25 +173,26 @@ def cmd_status(args: argparse.Namespace) -> int:
                 _fmt_backlog(t),
                 "" if t.lag_seconds is None else _fmt_duration(t.lag_seconds),
                 *((_fmt_archive_backlog(t.archive_backlog),) if tiered else ()))
-        console.print(table)
+        common.console.print(table)
         for t in status.tables:
             if t.row_sweep is not None:
                 sweep = t.row_sweep
-                console.print(f"{t.table}: rows swept in shared ranges, {sweep['done']}/{sweep['ranges']} ranges done"
-                              + (f", {sweep['running']} being worked on" if sweep["running"] else "")
-                              + (" (unfinished: the next run takes it up)" if not sweep["running"] else ""),
-                              markup=False, highlight=False)
+                common.console.print(f"{t.table}: rows swept in shared ranges, "
+                                     f"{sweep['done']}/{sweep['ranges']} ranges done"
+                                     + (f", {sweep['running']} being worked on" if sweep["running"] else "")
+                                     + (" (unfinished: the next run takes it up)" if not sweep["running"] else ""),
+                                     markup=False, highlight=False)
             if t.orphans is not None:
-                console.print(f"{t.table}: orphans {_fmt_orphans(t.orphans)}", markup=False, highlight=False)
+                common.console.print(f"{t.table}: orphans {_fmt_orphans(t.orphans)}", markup=False, highlight=False)
             for skip in t.skipped_by:
-                console.print(f"{t.table}: worker {skip['worker']} skips it: {skip['reason']}", markup=False,
-                              highlight=False)
+                common.console.print(f"{t.table}: worker {skip['worker']} skips it: {skip['reason']}", markup=False,
+                                     highlight=False)
         if any(t.backlog is not None and not t.backlog_exact for t in status.tables):
-            console.print("backlog ~N: the planner's estimate from the last ANALYZE; "
-                          "`pg-ttl plan TABLE` shows what a pass would delete.")
+            common.console.print("backlog ~N: the planner's estimate from the last ANALYZE; "
+                                 "`pg-ttl plan TABLE` shows what a pass would delete.")
         if any(b.rows is not None and not b.exact for t in status.tables for b in t.archive_backlog):
-            console.print("to archive ~N: estimated from a sample of the table's pages; "
-                          "`pg-ttl plan TABLE` counts what each tier would move.")
+            common.console.print("to archive ~N: estimated from a sample of the table's pages; "
+                                 "`pg-ttl plan TABLE` counts what each tier would move.")
     if status.workers:
         workers = Table(title="Workers")
         for col in ("name", "host", "pid", "state", "tables", "last heartbeat", "pace (latest run)"):
@@ -201,7 +201,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             state = f"[red]lost[/] (last said {w['state']})" if w["lost"] else w["state"]
             workers.add_row(w["name"], w["host"], str(w["pid"]), state, str(w["tables"]),
                             f"{_fmt_duration(w['heartbeat_age'])} ago", w["pace"] or "-")
-        console.print(workers)
+        common.console.print(workers)
     return 0
 
 
@@ -222,11 +222,15 @@ def _fmt_orphans(o: Any) -> str:
 
 
 def deploy_file(name: str) -> str:
+    from importlib import resources
+
     return (resources.files("pg_ttl") / "deploy" / name).read_text()
 
 
 def render_unit(exec_path: str | None = None, config: str = "/etc/pg-ttl/worker.toml", user: str = "pg-ttl") -> str:
     """The shipped unit with this machine's pg-ttl, config path and user filled in."""
+    import shutil
+
     exe = exec_path or shutil.which("pg-ttl") or f"{sys.executable} -m pg_ttl"
     out = []
     for line in deploy_file("pg-ttl-worker.service").splitlines():
