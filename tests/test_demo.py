@@ -48,8 +48,11 @@ def test_demo_runs_and_cleans_up(cli: Any) -> None:
 @pytest.mark.slow
 def test_demo_cleans_up_on_interrupt() -> None:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    # (SIGINT back to its default in the child: a test run started in the background by a shell
+    # without job control inherits it ignored, and Python then never turns it into KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "pg_ttl", "demo", "--rows", "2000000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     seen = []
     for line in proc.stdout:  # until the server is up (however long it takes on a loaded machine)
