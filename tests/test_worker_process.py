@@ -331,3 +331,29 @@ def test_column_only_table_is_scheduled_and_nulled_values_are_counted(dsn: str, 
         assert w.stop() == 0
     finally:
         w.close()
+
+
+def test_a_loop_blocked_in_a_statement_shows_as_stalled(dsn: str, connect: Any) -> None:
+    """pg_ttl_loop_stalled_seconds grows while a database's loop is blocked (here: its run waits
+    for a lock the application holds) and is back near 0 once it goes on and sleeps."""
+    conn = connect()
+    _events_table(conn, "ev", expired=3, live=1)
+    conn.execute("UPDATE ttl.settings SET value = '60s' WHERE name = 'lock_timeout'")
+    holder = connect(autocommit=False)
+    holder.execute("LOCK TABLE ev IN ACCESS EXCLUSIVE MODE")
+    # (a long poll: asleep for seconds after its run, which is not a stall)
+    w = WorkerProcess("--dsn", dsn, "--metrics-addr", "127.0.0.1:0", "--poll-interval", "30")
+    try:
+        port = w.metrics_port
+        name = f'pg_ttl_loop_stalled_seconds{{database="{conn.info.dbname}"}}'
+        wait_until(lambda: scrape(port).get(name, 0) >= 3, timeout=30, what="a stalled loop")
+        assert w.find("run finished", table="ev") == []
+        holder.rollback()  # the lock goes: the run goes on
+        w.wait_for("run finished", table="ev")
+        time.sleep(3)
+        assert scrape(port)[name] < 1
+        assert w.stop() == 0
+    finally:
+        holder.close()
+        w.close()
+    assert conn.execute("SELECT count(*) FROM ev").fetchone() == (1,)

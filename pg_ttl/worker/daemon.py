@@ -73,6 +73,7 @@ class Worker:
                              wake_main=self._wake, once=once)
         self.notifier = notifier or SystemdNotifier()
         self.loops: dict[str, DatabaseLoop] = {}
+        self.shared.metrics.stalls.source = lambda: {n: lp.status.stalled_for() for n, lp in list(self.loops.items())}
         self._reload_requested = False
         self._signals = 0
         self.metrics_port: int | None = None

@@ -81,6 +81,15 @@ class DatabaseLoop(threading.Thread):
     def stop_requested(self) -> bool:
         return self.status.stop_requested()
 
+    def _wait(self, conn: Conn | None, seconds: float) -> bool:
+        """The loop's sleep (self.wakeup.wait), marked as such for pg_ttl_loop_stalled_seconds."""
+        self.status.waiting = True
+        try:
+            return self.wakeup.wait(conn, seconds)
+        finally:
+            self.status.waiting = False
+            self.status.touch()
+
     def _set_up(self, value: int) -> None:
         # A loop retired by a reload may end after its successor (same name, new DSN)
         # has connected, or after the database's series were removed: it reports nothing.
@@ -124,7 +133,7 @@ class DatabaseLoop(threading.Thread):
                     if self.shared.once:
                         self.exit_error = exc
                         return
-                    self.wakeup.wait(None, delay)
+                    self._wait(None, delay)
         finally:
             self.status.state = "stopped"
             self._set_up(0)
@@ -145,6 +154,7 @@ class DatabaseLoop(threading.Thread):
             self._next_heartbeat = 0.0
             self._connected = True
             while not self.stop_requested():
+                loop.touch()
                 mono = time.monotonic()
                 if self.reload or mono >= self._next_poll:
                     # (with the schema's revision: an upgrade while we run stops us until the
@@ -164,7 +174,7 @@ class DatabaseLoop(threading.Thread):
                     loop.state = "standby"
                     if self.shared.once:
                         return True
-                    self.wakeup.wait(conn, cfg.poll_interval)
+                    self._wait(conn, cfg.poll_interval)
                     continue
                 now = self.shared.clock.now()
                 # The due tables are listed once per pass and run in order (listing them again
@@ -192,7 +202,7 @@ class DatabaseLoop(threading.Thread):
                 timeout = min(timeout, self._next_heartbeat - time.monotonic())
                 if self.lag.pending():
                     timeout = min(timeout, self.lag.next_at - time.monotonic())
-                if self.wakeup.wait(conn, max(timeout, 0.0) + 0.001):
+                if self._wait(conn, max(timeout, 0.0) + 0.001):
                     self.reload = True
             self.heartbeat(conn, "stopped", len(self.scheduler.entries))
             return True

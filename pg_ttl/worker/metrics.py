@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,25 @@ class LagCollector(Collector):
         yield measured
 
 
+class StallCollector(Collector):
+    """``pg_ttl_loop_stalled_seconds``: per database, how long its loop has shown no progress
+    while not asleep by design (pg_ttl/worker/shared.py, LoopState.stalled_for). A loop blocked
+    in a statement or a bug grows it; a healthy one keeps it near 0 (one batch, one statement).
+    Read at scrape time from ``source`` (the worker's loops)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], dict[str, float]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("pg_ttl_loop_stalled_seconds",
+                                   "Seconds since the database's loop last showed progress (a batch, a unit, a "
+                                   "run, a pass of its loop), 0 while it sleeps until its next poll or run",
+                                   labels=["database"])
+        for db, seconds in sorted((self.source() if self.source else {}).items()):
+            family.add_metric([db], seconds)
+        yield family
+
+
 class WorkerMetrics:
     """Every metric of one worker process, in its own registry."""
 
@@ -144,6 +163,8 @@ class WorkerMetrics:
         self.info.labels(worker_name, __version__).set(1)
         self.lag = LagCollector()
         r.register(self.lag)
+        self.stalls = StallCollector()
+        r.register(self.stalls)
         self._server: Any = None
 
     _TABLE_METRICS = ("rows_selected", "rows_deleted", "rows_nulled", "orphans_deleted", "rows_archived",

@@ -48,7 +48,8 @@ class LoopState:
     state: str = "starting"
     current: str | None = None  # the table being run
     standby: bool = False
-    last_activity: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)  # monotonic: the last sign of progress
+    waiting: bool = False  # asleep until its next poll, run or retry: not stuck, however long
     next_wake_at: datetime | None = None
     failed_runs: int = 0  # runs that failed (the loop went on to the next table)
     skipped: dict[str, str] = field(default_factory=dict)  # tables this worker cannot act on -> why
@@ -59,6 +60,11 @@ class LoopState:
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()
+
+    def stalled_for(self) -> float:
+        """Seconds since the loop last showed progress (a batch, a unit, a run, a pass of its
+        loop) while not asleep by design; 0 while asleep."""
+        return 0.0 if self.waiting else max(0.0, time.monotonic() - self.last_activity)
 
     def log(self, level: int, msg: str, **fields: object) -> None:
         log(self.shared.logger, level, msg, db=self.db.name, **fields)
