@@ -314,9 +314,11 @@ $fn$;
 -- a trigger is declared on (its ttl_value_<attnum> trigger): this drops the
 -- trigger, changes the type and makes the trigger again, in the caller's
 -- transaction and with the caller's rights (the table's owner; nothing runs as
--- anyone else). The values' TTLs stay: they are kept by column number, which the
--- change keeps. new_type and using_expr are SQL, read with search_path =
--- pg_catalog: a type or function of another schema is written schema-qualified.
+-- anyone else); with strict visibility its ttl_live view, which depends on the
+-- column too, is made again. The values' TTLs stay: they are kept by column
+-- number, which the change keeps. new_type and using_expr are SQL, read with
+-- search_path = pg_catalog: a type or function of another schema is written
+-- schema-qualified.
 CREATE OR REPLACE FUNCTION ttl.alter_value_type(tbl regclass, col name, new_type text, using_expr text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
@@ -345,11 +347,17 @@ BEGIN
     END IF;
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'ttl_value_' || n, tbl);
+    IF p.strict_visibility THEN
+        PERFORM ttl._drop_live_view(tbl);  -- the view on the column blocks the change too
+    END IF;
     EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s', tbl, col, new_type)
             || coalesce(' USING ' || using_expr, '');
-    -- (ALTER TABLE's event trigger has made it again already, unless event triggers are off)
+    -- (ALTER TABLE's event trigger has made them again already, unless event triggers are off)
     IF ttl._value_triggers_stale(tbl) THEN
         PERFORM ttl._value_triggers_sync(tbl);
+    END IF;
+    IF p.strict_visibility AND ttl._live_view_stale(tbl) THEN
+        PERFORM ttl._strict_view_sync(tbl);
     END IF;
 END
 $fn$;

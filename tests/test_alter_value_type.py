@@ -103,3 +103,25 @@ def test_a_failed_change_keeps_the_trigger(owner: Conn) -> None:
         owner.execute("SELECT ttl.alter_value_type('cq', 'note', 'int', 'note::int')")
     assert owner.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'cq'::regclass "
                          "AND tgname ~ '^ttl_value_[0-9]+$'").fetchone() == (2,)
+
+
+def test_a_partitioned_and_a_strict_table(owner: Conn) -> None:
+    """On a partitioned table the partitions' triggers follow; with strict visibility the
+    ttl_live view (which depends on the column too) is made again with the new type."""
+    owner.execute("CREATE TABLE pq (id int, d date, v int, PRIMARY KEY (id, d)) PARTITION BY RANGE (d)")
+    owner.execute("CREATE TABLE pq_1 PARTITION OF pq FOR VALUES FROM ('2020-01-01') TO ('2030-01-01')")
+    owner.execute("""SELECT ttl.set_options('pq', '{"expire_after": "1 day", "value_ttls": "true"}')""")
+    owner.execute("INSERT INTO pq VALUES (1, '2026-01-01', 1)")
+    owner.execute("SELECT ttl.alter_value_type('pq', 'v', 'bigint')")
+    with owner.transaction():
+        owner.execute("SELECT ttl.using_ttl('60 seconds')")
+        owner.execute("UPDATE pq SET v = 5")
+    row = owner.execute("SELECT pg_typeof(v)::text, ttl.ttl(t, 'v') FROM pq_1 t").fetchone()
+    assert row is not None and row[0] == "bigint" and 55 <= row[1] <= 60
+
+    owner.execute("""SELECT ttl.set_option('cq', 'strict', 'true')""")
+    owner.execute("SELECT ttl.alter_value_type('cq', 'v', 'numeric(12,2)')")
+    shown = owner.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                          "WHERE attrelid = 'ttl_live.cq'::regclass AND attname = 'v'").fetchone()
+    assert shown == ("numeric(12,2)",)
+    assert owner.execute("SELECT id, v FROM ttl_live.cq ORDER BY id").fetchall() == [(1, 10), (2, 2)]
