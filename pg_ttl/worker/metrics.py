@@ -249,9 +249,8 @@ class WorkerMetrics:
     def forget_database(self, db: str) -> None:
         """Drop every series of a database the worker no longer serves (removed from the config
         or given another DSN): a scrape must not report it as down, or its tables as lagging."""
-        for table in list(self._tables.pop(db, set())):
+        for table in self._tables.pop(db, set()):
             self.forget_table(db, table)
-        self._tables.pop(db, None)
         for metric in (self.run_duration, self.batch_duration, self.tables, self.up, self.standby,
                        self.reconnects, self.pace, self.pace_slowdown):
             with contextlib.suppress(KeyError):
