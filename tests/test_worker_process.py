@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -252,6 +253,27 @@ def test_sd_notify_messages_in_order(dsn: str, connect: Any, tmp_path: Path) -> 
     assert watchdogs and 0 < watchdogs[0] < stopping
     assert any("1 tables in 1 database(s)" in s for s in statuses), statuses
     assert all("READY=1" not in m for m in messages[1:])
+
+
+def test_signals_at_any_moment_never_hang_the_worker(dsn: str) -> None:
+    """Signal handlers run in the main thread between two bytecodes, maybe while it holds a
+    lock; one that took a lock itself (threading.Event.set) hung the worker for good. A
+    watchdog tick of 0.1 ms keeps the main loop busy, so the signals land all over it."""
+    w = WorkerProcess("--dsn", dsn, *FAST, env={"WATCHDOG_USEC": "200"})
+    try:
+        w.wait_for("worker starting")
+        for i in range(2000):
+            w.signal(signal.SIGHUP)
+            time.sleep(0.0002 + (i % 5) * 0.0002)
+        w.wait_for("configuration reloaded", timeout=10)
+        w.signal(signal.SIGTERM)
+        try:
+            assert w.proc.wait(10) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the worker did not stop:\n{w.text()[-3000:]}") from None
+        assert w.find("worker stopped")
+    finally:
+        w.close()
 
 
 def test_sighup_reloads_config_and_serves_several_databases(dsn: str, connect: Any, pg_local: Any,

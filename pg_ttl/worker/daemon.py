@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from pg_ttl.worker.schedule import Clock
 from pg_ttl.worker.sdnotify import SystemdNotifier, watchdog_interval
 from pg_ttl.worker.session import RoleRefused
 from pg_ttl.worker.shared import Shared
+from pg_ttl.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from pg_ttl.expire.seam import OldestExpired, OpenEngine
@@ -67,7 +67,7 @@ class Worker:
             loaded_engine, loaded_oldest = load_engine()
             engine = engine or loaded_engine
             oldest_expired = oldest_expired or loaded_oldest
-        self._wake = threading.Event()
+        self._wake = Wakeup()
         self.shared = Shared(config=config, metrics=WorkerMetrics(config.name), logger=self.logger,
                              clock=Clock(config.clock_offset), engine=engine, oldest_expired=oldest_expired,
                              wake_main=self._wake, once=once)
@@ -75,6 +75,7 @@ class Worker:
         self.loops: dict[str, DatabaseLoop] = {}
         self.shared.metrics.stalls.source = lambda: {n: lp.status.stalled_for() for n, lp in list(self.loops.items())}
         self._reload_requested = False
+        self._stop_signalled = False
         self._signals = 0
         self.metrics_port: int | None = None
 
@@ -85,14 +86,15 @@ class Worker:
             # A second signal: the operator insists. Uncommitted work rolls back with the connection.
             os.write(2, b"pg-ttl worker: second signal, exiting now\n")
             os._exit(1)
-        self.shared.stop.set()
-        for loop in list(self.loops.values()):
-            loop.wake()
-        self._wake.set()
+        # Only a flag and a pipe write: a handler that took a lock (Event.set) could run while
+        # the main thread holds that lock and hang the worker (wakeup.py). The main loop
+        # stops the loops.
+        self._stop_signalled = True
+        self._wake.wake()
 
     def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
         self._reload_requested = True
-        self._wake.set()
+        self._wake.wake()
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -167,11 +169,12 @@ class Worker:
         watchdog = watchdog_interval()
         last_status = ""
         tick = min(watchdog or 5.0, 5.0)
-        while not self.shared.stop.is_set():
+        while not self.shared.stop.is_set() and not self._stop_signalled:
             if self.shared.once and all(not lp.is_alive() for lp in self.loops.values()):
                 break
             self._wake.wait(0.2 if self.shared.once else tick)
-            self._wake.clear()
+            if self._stop_signalled:
+                break
             if self._reload_requested:
                 self._reload_requested = False
                 self.reload()

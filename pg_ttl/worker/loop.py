@@ -23,13 +23,14 @@ from pg_ttl.worker.session import (
     Heartbeat,
     NotInstalled,
     RoleRefused,
-    Wakeup,
     backoff_delay,
     connect,
     connection_lost,
     drain,
+    sleep,
 )
 from pg_ttl.worker.shared import LoopState, Shared, one_line
+from pg_ttl.worker.wakeup import Wakeup
 
 
 class DatabaseLoop(threading.Thread):
@@ -82,10 +83,10 @@ class DatabaseLoop(threading.Thread):
         return self.status.stop_requested()
 
     def _wait(self, conn: Conn | None, seconds: float) -> bool:
-        """The loop's sleep (self.wakeup.wait), marked as such for pg_ttl_loop_stalled_seconds."""
+        """The loop's sleep (session.sleep), marked as such for pg_ttl_loop_stalled_seconds."""
         self.status.waiting = True
         try:
-            return self.wakeup.wait(conn, seconds)
+            return sleep(self.wakeup, conn, seconds)
         finally:
             self.status.waiting = False
             self.status.touch()
@@ -110,7 +111,7 @@ class DatabaseLoop(threading.Thread):
                     # Not a passing condition: retrying would only repeat it. Stop the whole worker.
                     self.exit_error = exc
                     self.shared.stop.set()
-                    self.shared.wake_main.set()
+                    self.shared.wake_main.wake()
                     return
                 except Exception as exc:
                     self._set_up(0)

@@ -3,11 +3,9 @@ one statement's failure, reconnect backoff, waiting for a NOTIFY or a wake-up, h
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import select
 import socket
 
 import psycopg
@@ -17,6 +15,7 @@ from psycopg.types.json import Jsonb
 from pg_ttl import __version__
 from pg_ttl.worker import config as config_mod
 from pg_ttl.worker.shared import LoopState, one_line
+from pg_ttl.worker.wakeup import Wakeup
 
 Conn = psycopg.Connection[TupleRow]
 
@@ -146,31 +145,13 @@ class Heartbeat:
         self._error = None
 
 
-class Wakeup:
-    """Sleeping until a NOTIFY on the session, a wake-up from another thread, or a timeout."""
-
-    def __init__(self) -> None:
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._w, False)
-
-    def wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._w, b"x")
-
-    def close(self) -> None:
-        os.close(self._r)
-        os.close(self._w)
-
-    def wait(self, conn: Conn | None, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True if a NOTIFY arrived. Returns early on wake()."""
-        if conn is not None and drain(conn):
-            return True
-        fds = [self._r] + ([conn.fileno()] if conn is not None else [])
-        readable, _, _ = select.select(fds, [], [], max(0.0, seconds))
-        if self._r in readable:
-            with contextlib.suppress(BlockingIOError):
-                os.read(self._r, 4096)
-        return conn is not None and drain(conn)
+def sleep(wakeup: Wakeup, conn: Conn | None, seconds: float) -> bool:
+    """Sleep up to ``seconds``; True if a NOTIFY arrived on ``conn``. Returns early on
+    ``wakeup.wake()``."""
+    if conn is not None and drain(conn):
+        return True
+    wakeup.wait(seconds, None if conn is None else conn.fileno())
+    return conn is not None and drain(conn)
 
 
 def drain(conn: Conn) -> bool:

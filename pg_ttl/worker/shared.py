@@ -18,6 +18,7 @@ from pg_ttl.worker.config import DatabaseConfig, WorkerConfig
 from pg_ttl.worker.logs import log
 from pg_ttl.worker.metrics import WorkerMetrics
 from pg_ttl.worker.schedule import Clock
+from pg_ttl.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from pg_ttl.expire.seam import OldestExpired, OpenEngine
@@ -34,7 +35,7 @@ class Shared:
     engine: OpenEngine
     oldest_expired: OldestExpired
     stop: threading.Event = field(default_factory=threading.Event)
-    wake_main: threading.Event = field(default_factory=threading.Event)  # the main thread has news to act on
+    wake_main: Wakeup = field(default_factory=Wakeup)  # the main thread has news to act on
     once: bool = False
 
 
