@@ -102,6 +102,32 @@ def test_kill9_mid_run_then_resume_loses_nothing(db: psycopg.Connection[Any], ds
     assert runs[1][2] == n // 2 - counted[0]
 
 
+def test_sigterm_stops_a_run_after_its_batch(db: psycopg.Connection[Any], dsn: str,
+                                              connect: Any) -> None:
+    """SIGTERM while the run rests between rate-limited batches (in stop.wait()): it stops at once,
+    after the batch it was on, says so, exits 0; the history counts what went."""
+    n = 40_000
+    _events(db, n, delete_batch_size=500, delete_rate_limit=2_000)
+    watch = connect()
+    proc = _pg_ttl("run", "ev", "--dsn", dsn)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        row = watch.execute("SELECT coalesce(sum(rows_deleted), 0) FROM ttl.run_unit").fetchone()
+        if row and row[0] >= 1000:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=10)
+    assert time.monotonic() - sent < 3, "the run did not stop promptly"
+    assert proc.returncode == 0, err
+    assert "Stopped after the current batch" in _plain(out)
+    run = watch.execute("SELECT r.status, u.rows_deleted FROM ttl.run r JOIN ttl.run_unit u USING (run_id)").fetchone()
+    left = watch.execute("SELECT count(*) FILTER (WHERE id % 2 = 1) FROM ev").fetchone()
+    assert run is not None and left is not None
+    assert run[0] == "partial" and 1000 <= run[1] < n // 2 and left[0] == n // 2 - run[1]
+
+
 def test_two_concurrent_runs_share_units_without_double_counting(db: psycopg.Connection[Any], dsn: str,
                                                                  connect: Any) -> None:
     n = 16_000

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pg_ttl.cli import common
 from pg_ttl.cli.common import CliError, add_dsn, connect, require_installed, resolve_dsn
+from pg_ttl.wakeup import StopFlag
 
 # Heavy modules (psycopg, rich, the engine) are imported by the commands that use them:
 # every `pg-ttl` start, --help included, imports this module.
@@ -107,7 +107,9 @@ class BarProgress:
         self.progress.update(self.tasks[table], description=text)
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
+def _stop_on_signals(stop: StopFlag) -> None:
+    # StopFlag, not threading.Event: Event.set() in a handler could wait for the lock the
+    # engine holds in this same thread, inside stop.wait(), and hang (pg_ttl/wakeup.py).
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
@@ -124,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     with connect(args) as conn:
         require_installed(conn)
-    stop = threading.Event()
+    stop = StopFlag()
     _stop_on_signals(stop)
     dsn = resolve_dsn(args)
     try:

@@ -19,7 +19,6 @@ tables that have column TTLs only.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -31,6 +30,7 @@ from pg_ttl.expire import history, owner
 from pg_ttl.expire.context import RateLimiter, UnitContext
 from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
+from pg_ttl.wakeup import StopRequest
 
 COLUMNS = """
 SELECT a.attname FROM ttl.column_policy cp
@@ -76,7 +76,7 @@ SELECT t.relid::oid, n.nspname, c.relname
 
 
 def null_batches(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
-                 cutoff: datetime, *, run_id: int | None = None, stop: threading.Event | None = None,
+                 cutoff: datetime, *, run_id: int | None = None, stop: StopRequest | None = None,
                  limiter: RateLimiter | None = None) -> Iterator[int]:
     """Null the expired values of every TTL'd column of one table or leaf partition,
     yielding the number of values changed by each committed batch.
@@ -134,7 +134,7 @@ def next_step(step: int, full: int, took: float) -> int:
 
 
 def null_expired(conn: psycopg.Connection[Any], table_relid: int, unit_relid: int, batch_size: int,
-                 cutoff: datetime, *, run_id: int | None = None, stop: threading.Event | None = None,
+                 cutoff: datetime, *, run_id: int | None = None, stop: StopRequest | None = None,
                  limiter: RateLimiter | None = None) -> int:
     """:func:`null_batches` to the end; returns the number of values changed."""
     return sum(null_batches(conn, table_relid, unit_relid, batch_size, cutoff, run_id=run_id, stop=stop,
@@ -150,7 +150,7 @@ def null_unit(ctx: UnitContext) -> None:
 
 
 def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | None, cutoff: datetime,
-                       stop: threading.Event | None = None, worker: str | None = None,
+                       stop: StopRequest | None = None, worker: str | None = None,
                        batch_size: int | None = None, pace: Pace | None = None) -> list[TableResult]:
     """One pass over the tables that have column TTLs but no table TTL, partition by partition;
     ``batch_size`` rows examined per step (default: the select_batch_size option's default)."""
@@ -179,7 +179,7 @@ def expire_column_only(conn: psycopg.Connection[Any], relids: Sequence[int] | No
 
 
 def _null_table(conn: psycopg.Connection[Any], relid: int, name: str, search_path: str, batch_size: int,
-                cutoff: datetime, stop: threading.Event | None, worker: str | None,
+                cutoff: datetime, stop: StopRequest | None, worker: str | None,
                 pace: Pace | None) -> TableResult:
     """One column-only table's run, leaf by leaf (the session is its owner's, with its search_path)."""
     run_id = history.start_run(conn, relid, name, worker, cutoff, search_path=search_path)
@@ -204,7 +204,7 @@ def _null_table(conn: psycopg.Connection[Any], relid: int, name: str, search_pat
 
 
 def _null_leaf(conn: psycopg.Connection[Any], table: str, run_id: int, relid: int, leaf: int, label: str,
-               batch_size: int, cutoff: datetime, stop: threading.Event | None, pace: Pace | None) -> UnitResult:
+               batch_size: int, cutoff: datetime, stop: StopRequest | None, pace: Pace | None) -> UnitResult:
     started = time.monotonic()
     res = UnitResult(table, label, "delete", 0, 0, "ok", None, 0.0, relid=leaf)
     # claimed and started, or skipped with the reason recorded (sql/50_history.sql)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate
 from pg_ttl.expire.results import UnitResult
 from pg_ttl.expire.units import Unit
+from pg_ttl.wakeup import StopRequest
 
 
 class ProgressListener(Protocol):
@@ -88,7 +88,7 @@ class RateLimiter:
     """At most ``rate`` rows per second per table, and the adaptive throttle's rests
     (``pace``); waits between transactions only."""
 
-    def __init__(self, rate: int, stop: threading.Event | None, pace: Pace | None = None) -> None:
+    def __init__(self, rate: int, stop: StopRequest | None, pace: Pace | None = None) -> None:
         self.rate = rate
         self.stop = stop
         self.pace = pace
@@ -128,7 +128,7 @@ class UnitContext:
     progress: ProgressListener
     select_limiter: RateLimiter
     delete_limiter: RateLimiter
-    stop: threading.Event | None = None
+    stop: StopRequest | None = None
     checkpoint: dict[str, Any] | None = None
     selected: int = 0  # rows, committed (rows.py)
     deleted: int = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,6 +25,7 @@ from pg_ttl.expire.pace import Pace
 from pg_ttl.expire.predicate import EnginePolicy, Predicate, load_policies, load_policy_as_owner, start_run
 from pg_ttl.expire.results import TableResult, UnitResult, error_text
 from pg_ttl.expire.units import Unit, list_units
+from pg_ttl.wakeup import StopRequest
 
 
 class EngineError(Exception):
@@ -133,7 +133,7 @@ class Engine:
         self.close()
 
     def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
-               stop: threading.Event | None = None, progress: ProgressListener | None = None,
+               stop: StopRequest | None = None, progress: ProgressListener | None = None,
                worker: str | None = None, cutoff: datetime | None = None,
                settings: EngineSettings | None = None) -> list[TableResult]:
         """One pass over ``tables`` (names, resolved in the session's search_path) and ``relids``
@@ -191,7 +191,7 @@ class Engine:
         return settings
 
     def _pass(self, relids: Sequence[int] | None, cutoff: datetime, settings: EngineSettings,
-              stop: threading.Event | None, progress: ProgressListener, worker: str | None,
+              stop: StopRequest | None, progress: ProgressListener, worker: str | None,
               pace: Pace) -> list[TableResult]:
         conn = self.conn
         wanted = list(relids) if relids is not None else None
@@ -236,7 +236,7 @@ class Engine:
         return results
 
 
-def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Event | None = None,
+def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: StopRequest | None = None,
            progress: ProgressListener | None = None, worker: str | None = None,
            cutoff: datetime | None = None) -> list[TableResult]:
     """One pass over ``tables`` (None: every policy) in a session of its own (see ``Engine``)."""
@@ -245,7 +245,7 @@ def expire(dsn: str, tables: Sequence[str] | None = None, *, stop: threading.Eve
 
 
 def expire_table(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime, settings: EngineSettings,
-                 *, stop: threading.Event | None, progress: ProgressListener, worker: str | None,
+                 *, stop: StopRequest | None, progress: ProgressListener, worker: str | None,
                  kind: str = "rows", pace: Pace | None = None, owner_taken: bool | None = None,
                  follows_parents: bool = False) -> TableResult:
     """One table's run, done as the table's owner: its expired rows (``kind`` 'rows') or
@@ -364,7 +364,7 @@ RESUMABLE = ("delete", "archive", "queue")
 
 
 def _run_units(conn: psycopg.Connection[Any], policy: EnginePolicy, pred: Predicate, units: list[Unit],
-               result: TableResult, run_id: int, settings: EngineSettings, stop: threading.Event | None,
+               result: TableResult, run_id: int, settings: EngineSettings, stop: StopRequest | None,
                progress: ProgressListener, pace: Pace | None = None) -> tuple[str | None, history.UnitEnd | None]:
     """The table's units, one after the other. Returns the status to end the run with
     (None: judged from its units by ttl._finish_run) and the end of a table's only unit,

@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 
 from pg_ttl.expire.results import error_text
+from pg_ttl.wakeup import StopRequest
 
 # Other sessions' statements that finished, and sessions this role cannot see. Sessions of
 # pg_ttl itself (other workers, the engine, this sampler) are not the foreground.
@@ -195,7 +196,7 @@ class Pace:
     works (an idle worker costs no statement)."""
 
     def __init__(self, dsn: str, engine_pid: int, *, enabled: bool = True, target: float = 1.5,
-                 stop: threading.Event | None = None) -> None:
+                 stop: StopRequest | None = None) -> None:
         self._dsn = dsn
         self._engine_pid = engine_pid
         self.enabled = enabled

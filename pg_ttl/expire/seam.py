@@ -4,7 +4,6 @@ expiry of a table's oldest expired row. ``pg_ttl.expire.Engine`` and
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
@@ -14,13 +13,14 @@ from psycopg.rows import TupleRow
 
 from pg_ttl.expire.context import EngineSettings, ProgressListener
 from pg_ttl.expire.results import TableResult
+from pg_ttl.wakeup import StopRequest
 
 
 class EngineSession(Protocol):
     """An engine session on one database, kept for many passes (``pg_ttl.expire.Engine``)."""
 
     def expire(self, tables: Sequence[str] | None = None, *, relids: Sequence[int] | None = None,
-               stop: threading.Event | None = None, progress: ProgressListener | None = None,
+               stop: StopRequest | None = None, progress: ProgressListener | None = None,
                worker: str | None = None, cutoff: datetime | None = None,
                settings: EngineSettings | None = None) -> Sequence[TableResult]:
         """One pass over ``tables`` (names) or ``relids`` (None for both: every TTL table).

@@ -32,6 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pg_ttl import __version__
+from pg_ttl.wakeup import Wakeup
 from pg_ttl.worker import config as config_mod
 from pg_ttl.worker.config import WorkerConfig
 from pg_ttl.worker.logs import log
@@ -42,7 +43,6 @@ from pg_ttl.worker.schedule import Clock
 from pg_ttl.worker.sdnotify import SystemdNotifier, watchdog_interval
 from pg_ttl.worker.session import RoleRefused
 from pg_ttl.worker.shared import Shared
-from pg_ttl.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from pg_ttl.expire.seam import OldestExpired, OpenEngine

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import psycopg
 
+from pg_ttl.wakeup import Wakeup
 from pg_ttl.worker.config import DatabaseConfig
 from pg_ttl.worker.lag import LagMeter
 from pg_ttl.worker.rounds import Rounds
@@ -30,7 +31,6 @@ from pg_ttl.worker.session import (
     sleep,
 )
 from pg_ttl.worker.shared import LoopState, Shared, one_line
-from pg_ttl.worker.wakeup import Wakeup
 
 
 class DatabaseLoop(threading.Thread):

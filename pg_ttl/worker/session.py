@@ -13,9 +13,9 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from pg_ttl import __version__
+from pg_ttl.wakeup import Wakeup
 from pg_ttl.worker import config as config_mod
 from pg_ttl.worker.shared import LoopState, one_line
-from pg_ttl.worker.wakeup import Wakeup
 
 Conn = psycopg.Connection[TupleRow]
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from pg_ttl.wakeup import Wakeup
 from pg_ttl.worker.config import DatabaseConfig, WorkerConfig
 from pg_ttl.worker.logs import log
 from pg_ttl.worker.metrics import WorkerMetrics
 from pg_ttl.worker.schedule import Clock
-from pg_ttl.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from pg_ttl.expire.seam import OldestExpired, OpenEngine

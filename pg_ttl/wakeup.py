@@ -1,0 +1,91 @@
+"""Waking a sleeping thread, and asking a run to stop, from another thread or from a
+signal handler: a self-pipe.
+
+A signal handler must not take a lock. Python runs it in the main thread between two
+bytecodes, possibly while that thread holds the very lock it would take: a
+``threading.Event.set()`` in the SIGTERM handler hung the worker for good whenever the
+signal came while the main loop was inside its own ``Event.wait()``; ``pg-ttl run`` hung
+the same way when the signal came while the engine rested in ``stop.wait()``. A write to
+a non-blocking pipe takes no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+from typing import Protocol
+
+
+class Wakeup:
+    """``wake()`` from any thread or signal handler; ``wait()`` in the thread that sleeps."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._closed = False
+
+    def wake(self) -> None:
+        if self._closed:  # the descriptor's number may already belong to another file
+            return
+        with contextlib.suppress(OSError):  # BlockingIOError: the pipe is full, so a wake-up is pending anyway
+            os.write(self._w, b"x")
+
+    def wait(self, seconds: float, fd: int | None = None) -> bool:
+        """Sleep up to ``seconds``, or until ``wake()`` (True; pending wake-ups are consumed)
+        or until ``fd`` is readable (False)."""
+        fds = [self._r] if fd is None else [self._r, fd]
+        readable, _, _ = select.select(fds, [], [], max(0.0, seconds))
+        if self._r not in readable:
+            return False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._r, 4096):
+                pass
+        return True
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._r)
+            os.close(self._w)
+
+
+class StopRequest(Protocol):
+    """What the engine reads of a stop request: a ``threading.Event`` or a ``StopFlag``."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class StopFlag:
+    """A stop request that a signal handler may set: ``is_set()`` and ``wait(timeout)`` as
+    ``threading.Event``'s, from any thread. Once set it stays set (the byte written is never
+    read back, so every waiter, now or later, wakes at once)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        self._set = False
+        self._closed = False
+
+    def set(self) -> None:
+        if not self._set and not self._closed:
+            self._set = True
+            with contextlib.suppress(OSError):
+                os.write(self._w, b"x")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._set:
+            select.select([self._r], [], [], None if timeout is None else max(0.0, timeout))
+        return self._set
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._r)
+            os.close(self._w)
