@@ -25,11 +25,13 @@ from typing import Any
 
 import psycopg
 
+from pg_ttl.wakeup import StopFlag
+
 INSERT = "INSERT INTO events (created_at, payload) VALUES (now(), %s)"
 SELECT = "SELECT id, created_at, payload FROM events WHERE id = %s"
 
 
-def client(dsn: str, rate: float, lo: int, hi: int, stop: threading.Event, out: list[tuple[float, float, float]],
+def client(dsn: str, rate: float, lo: int, hi: int, stop: StopFlag, out: list[tuple[float, float, float]],
            seed: int) -> None:
     rnd = random.Random(seed)
     payload = "x" * 100
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hi", type=int, required=True, help="highest id to read")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    stop = threading.Event()
+    stop = StopFlag()  # set by a signal handler: threading.Event.set() there can hang (pg_ttl/wakeup.py)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     results: list[list[tuple[float, float, float]]] = [[] for _ in range(args.clients)]
     errors: list[BaseException] = []
