@@ -23,7 +23,7 @@ SELECT o.position, o.name, o.policy_column, o.kind, o.default_value, o.descripti
     (6, 'job_cron_override', 'job_cron_override', 'bool', 'false',
      'Allow a schedule more frequent than the min_job_interval setting.'),
     (7, 'select_batch_size', 'select_batch_size', 'batch', '10000',
-     'Rows examined per step when looking for expired rows (at least 1).'),
+     'Rows examined per step of a sweep over block ranges (at least 1); windows through an index on the TTL column are sized by time.'),
     (8, 'delete_batch_size', 'delete_batch_size', 'batch', '1000',
      'Most rows one DELETE removes (at least 1).'),
     (9, 'select_rate_limit', 'select_rate_limit', 'rate', '0',

@@ -206,8 +206,8 @@ BEGIN
             -- One range a turn, in one of two ways (as pg-ttl run deletes them, rows.py):
             -- key windows [k, e) with e the key a step of expired rows on from k, each one
             -- transaction with the unit's counters and checkpoint (every row below e went),
-            -- the step from delete_batch_size rows toward 50 ms a window up to
-            -- select_batch_size (a rate limit keeps it at delete_batch_size); a key with a
+            -- the step from delete_batch_size rows toward 50 ms a window (a rate limit
+            -- keeps it at delete_batch_size); a key with a
             -- step of rows or more: the rest of the unit in block ranges. Block ranges are
             -- grouped into transactions of about 50 ms, each committed with one update of the
             -- unit's counters and checkpoint (a rate limit: every range its own transaction),
@@ -273,8 +273,10 @@ BEGIN
                     EXIT WHEN e IS NULL;  -- the last window: every key from k on
                     k := e;
                     IF rate = 0 THEN
+                        -- toward 50 ms a window, at most fourfold, at most 1,000,000 rows
+                        -- (WINDOW_ROWS_MAX in rows.py): by time, not select_batch_size
                         win := greatest(p.delete_batch_size, least(
-                            greatest(p.select_batch_size, p.delete_batch_size), win * 4,
+                            greatest(1000000, p.delete_batch_size), win * 4,
                             (greatest(n, 1) * 0.05 / greatest(extract(epoch FROM pg_catalog.clock_timestamp()
                                                                       - group_start), 0.0001))::bigint));
                     END IF;
