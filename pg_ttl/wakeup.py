@@ -12,9 +12,20 @@ a non-blocking pipe takes no lock.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 from typing import Protocol
+
+
+def _readable(fds: list[int], seconds: float | None) -> set[int]:
+    """The descriptors of ``fds`` readable within ``seconds`` (None: no limit). poll(), not
+    select(): a worker serving many databases has descriptors past select()'s 1024."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    timeout = None if seconds is None else max(0, math.ceil(seconds * 1000))
+    return {fd for fd, _ in poller.poll(timeout)}
 
 
 class Wakeup:
@@ -35,9 +46,7 @@ class Wakeup:
     def wait(self, seconds: float, fd: int | None = None) -> bool:
         """Sleep up to ``seconds``, or until ``wake()`` (True; pending wake-ups are consumed)
         or until ``fd`` is readable (False)."""
-        fds = [self._r] if fd is None else [self._r, fd]
-        readable, _, _ = select.select(fds, [], [], max(0.0, seconds))
-        if self._r not in readable:
+        if self._r not in _readable([self._r] if fd is None else [self._r, fd], seconds):
             return False
         with contextlib.suppress(BlockingIOError):
             while os.read(self._r, 4096):
@@ -81,7 +90,7 @@ class StopFlag:
 
     def wait(self, timeout: float | None = None) -> bool:
         if not self._set:
-            select.select([self._r], [], [], None if timeout is None else max(0.0, timeout))
+            _readable([self._r], timeout)
         return self._set
 
     def close(self) -> None:

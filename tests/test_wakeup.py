@@ -83,3 +83,38 @@ def test_stop_flag_wakes_every_waiter_and_stays_set() -> None:
     assert len(woke) == 3 and all(w and w - set_at < 1 for w in woke)
     assert flag.is_set() and flag.wait(0) is True and flag.wait(None) is True
     flag.close()
+
+
+def test_waits_work_with_descriptors_past_1024() -> None:
+    """A worker serving many databases holds over 1,024 descriptors: select() refuses those
+    (ValueError: filedescriptor out of range)."""
+    import os
+    import resource
+    import time
+
+    from pg_ttl.wakeup import StopFlag, Wakeup
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        wakeup, flag = Wakeup(), StopFlag()
+        r, w = os.pipe()
+        assert min(r, w) > 1024
+        started = time.monotonic()
+        assert wakeup.wait(0.05, r) is False and flag.wait(0.05) is False
+        assert time.monotonic() - started >= 0.1
+        wakeup.wake()
+        flag.set()
+        assert wakeup.wait(5, r) is True and flag.wait(5) is True
+        os.write(w, b"x")
+        assert wakeup.wait(5, r) is False  # the other descriptor became readable: not a wake-up
+        for fd in (r, w):
+            os.close(fd)
+        wakeup.close()
+        flag.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
