@@ -53,6 +53,10 @@ class Wakeup:
                 pass
         return True
 
+    def fileno(self) -> int:
+        """The pipe's read end: readable while a wake-up is pending."""
+        return self._r
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -74,27 +78,21 @@ class StopFlag:
     read back, so every waiter, now or later, wakes at once)."""
 
     def __init__(self) -> None:
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._w, False)
+        self._pipe = Wakeup()  # woken once by set() and never read: every wait() sees it
         self._set = False
-        self._closed = False
 
     def set(self) -> None:
-        if not self._set and not self._closed:
+        if not self._set:
             self._set = True
-            with contextlib.suppress(OSError):
-                os.write(self._w, b"x")
+            self._pipe.wake()
 
     def is_set(self) -> bool:
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
         if not self._set:
-            _readable([self._r], timeout)
+            _readable([self._pipe.fileno()], timeout)
         return self._set
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            os.close(self._r)
-            os.close(self._w)
+        self._pipe.close()
