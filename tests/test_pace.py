@@ -445,3 +445,54 @@ def test_a_worker_back_from_idling_reads_the_sessions_before_a_big_table(db: psy
     # (the first pass left its blocks empty: the DELETEs' sizes follow the rows, not asserted)
     assert res.rows_deleted > 0 and len(listener.batches) >= 2
     assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]
+
+
+def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any], dsn: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler opens its session in its own thread: the engine's transactions go on
+    meanwhile, and the pace starts from the sampler's first sample once it is in. Here the
+    sampler's connect waits for the engine to commit three more transactions: an engine that
+    waited for it would commit none. (Key windows: a table swept in shared block ranges takes
+    its first sample before its first transaction, by design.)"""
+    from pg_ttl.expire import pace as pace_module
+
+    _big_table(db, "t", rows=300_000)
+    db.execute("CREATE INDEX ON t (created_at)")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+    commits = [0]
+    more = threading.Event()
+    seen: list[int] = []
+    real_connect = psycopg.connect
+
+    class Progress:
+        def unit_started(self, *args: Any) -> None:
+            pass
+
+        def batch_done(self, *args: Any) -> None:
+            commits[0] += 1
+            if seen and commits[0] >= seen[0] + 3:
+                more.set()
+
+        def unit_finished(self, *args: Any) -> None:
+            more.set()  # (the table done first: the assertion below says so)
+
+    def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("application_name") != "pg-ttl pace":  # (psycopg's own: the engine's too)
+            return real_connect(*args, **kwargs)
+        seen.append(commits[0])
+        waited = more.wait(30)
+        seen.append(commits[0] if waited else -1)
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(pace_module.psycopg, "connect", slow_connect)
+    with Engine(dsn) as engine:
+        [res] = engine.expire(["t"], progress=Progress())  # type: ignore[arg-type]
+        sampler = engine.pace
+        deadline = time.monotonic() + 10
+        while sampler.samples == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sampler.samples > 0  # it did open, and sample
+    assert res.status == "ok" and res.rows_deleted == 300_000
+    assert [u.strategy for u in res.units] == ["index"]
+    assert len(seen) == 2 and seen[1] >= seen[0] + 3, seen

@@ -215,6 +215,8 @@ class Pace:
         self._decided = 0.0
         self._active = threading.Event()
         self._sampled = threading.Event()  # set by each sample
+        self._first_sample = threading.Event()  # the sampler's first sample is in, or it failed
+        self._starting = False  # a sampler opening while the engine goes on
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
@@ -263,7 +265,7 @@ class Pace:
             now = time.time()
             self._add_work(self._working_since, now)
             self._working_since = None
-            if self._sampling():  # what the unit's last moments showed
+            if self._sampling() and not self._starting:  # what the unit's last moments showed
                 self._decide(now)
         self._active.clear()
 
@@ -283,11 +285,17 @@ class Pace:
             # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling, no rest.
             self._working_since = now
             return
-        if not self._sampling() and not self._begin_sampling(now):
+        if not self._sampling() and not self._begin_sampling(now, wait=False):
             self._working_since = now
             return
         self._active.set()
-        if now - self._decided >= DECIDE_SECONDS:
+        if self._starting and self._first_sample.is_set():
+            # the sampler opened meanwhile: its first sample says how to go on
+            self._starting = False
+            if self._sampling():
+                self.controller.start(self._busy_sessions >= 2)
+                self._decided = now
+        elif not self._starting and now - self._decided >= DECIDE_SECONDS:
             self._decide(now)
         rest = self.controller.rest_after(worked)
         if rest > 0:
@@ -298,12 +306,19 @@ class Pace:
             self.rested += rest
         self._working_since = time.time()
 
-    def _begin_sampling(self, now: float) -> bool:
+    def _begin_sampling(self, now: float, wait: bool = True) -> bool:
         """The sampler started, its first sample taken: gently if others are at work. False
-        when it cannot sample (a sampler that failed is opened again, not at once)."""
+        when it cannot sample (a sampler that failed is opened again, not at once).
+        ``wait`` False: the engine goes on meanwhile (opening a session and a first read of
+        pg_stat_activity took 17 ms of a 0.25 s pass), and between_transactions starts the
+        pace from the first sample once it is in."""
         if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
             return False
         self._start_sampler()
+        if not wait:
+            self._starting = True
+            return True
+        self._first_sample.wait()
         if not self._sampling():
             return False
         self.controller.start(self._busy_sessions >= 2)
@@ -355,18 +370,32 @@ class Pace:
             self._conn = None
 
     def _start_sampler(self) -> None:
+        """The sampler's thread started: it opens its session and takes the first sample
+        (``_first_sample`` set when it has, or has failed)."""
+        self._first_sample.clear()
+        self._thread = threading.Thread(target=self._run, name="pg-ttl pace", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> bool:
         try:
             self._conn = psycopg.connect(self._dsn, autocommit=True, application_name="pg-ttl pace")
+            if self._closed.is_set():  # the engine closed while this session opened
+                self._conn.close()
+                return False
             self._conn.execute("SELECT pg_catalog.set_config('statement_timeout', '1s', false)")
             self._sample(first=True)  # what the others did just before: the first reference
         except psycopg.Error as exc:
             self._failed(exc)
-            return
+            return False
         self._error = None
-        self._thread = threading.Thread(target=self._run, name="pg-ttl pace", daemon=True)
-        self._thread.start()
+        return True
 
     def _run(self) -> None:
+        try:
+            if not self._open():
+                return
+        finally:
+            self._first_sample.set()
         while not self._closed.is_set():
             if not self._active.wait(1.0):
                 continue
