@@ -204,7 +204,9 @@ BEGIN
                          THEN least(p.delete_rate_limit, p.select_rate_limit)
                          ELSE greatest(p.delete_rate_limit, p.select_rate_limit) END;
             -- One range a turn, in one of two ways (as pg-ttl run deletes them, rows.py):
-            -- key windows [k, e) with e the key a step of expired rows on from k, each one
+            -- key windows [k, e) with e the key a step of expired rows on from k (read for
+            -- every window: rows.py guesses e past its second window, a time guard with it,
+            -- which this procedure, one statement to its caller, cannot set), each one
             -- transaction with the unit's counters and checkpoint (every row below e went),
             -- the step from delete_batch_size rows toward 50 ms a window (a rate limit
             -- keeps it at delete_batch_size); a key with a

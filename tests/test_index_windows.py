@@ -93,6 +93,80 @@ def test_windows_grow_by_time_at_most_fourfold(db: psycopg.Connection[Any], dsn:
     assert sizes.deleted == [70, 280, 1120, 1530]
 
 
+def test_windows_after_the_second_are_guessed_not_read(db: psycopg.Connection[Any], dsn: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a window's end costs an index entry a row: only the first two are read; the
+    others' ends are guessed from the last window's keys (one second a row here, so the
+    guesses hold exactly the rows a read would)."""
+    _table(db, 3000)
+    starts = _window_starts(monkeypatch)
+    sizes = Sizes()
+    [res] = expire(dsn, progress=sizes)
+    assert res.status == "ok" and res.rows_deleted == 3000
+    assert sizes.deleted == [70, 280, 1120, 1530]
+    assert len(starts) == 2 and starts[0].key is None
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+
+
+def _burst(db: psycopg.Connection[Any]) -> None:
+    """Table w: 1,000 expired rows one second apart, then 3,000 expired rows within one
+    second whose DELETE takes 0.2 ms a row (a trigger; it counts the deletes it sees in a
+    sequence, which a rollback does not take back), 100 live; a btree on v."""
+    db.execute("CREATE TABLE w (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
+    db.execute("CREATE INDEX ON w (v)")
+    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-01' + g * interval '1 s', 'x' "
+               "FROM generate_series(1, 1000) g")
+    db.execute("INSERT INTO w SELECT g, timestamptz '2020-01-01' + interval '1001 s' + g * interval '100 us', 'burst' "
+               "FROM generate_series(1001, 4000) g")
+    db.execute("INSERT INTO w SELECT g, '2999-01-01', 'x' FROM generate_series(4001, 4100) g")
+    db.execute("ANALYZE w")
+    db.execute("CREATE SEQUENCE burst_deletes")
+    db.execute("CREATE FUNCTION slow_burst() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " IF OLD.pad = 'burst' THEN PERFORM nextval('burst_deletes'), pg_sleep(0.0002); END IF;"
+               " RETURN OLD; END $$")
+    db.execute("CREATE TRIGGER slow_burst BEFORE DELETE ON w FOR EACH ROW EXECUTE FUNCTION slow_burst()")
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', delete_batch_size => 70)")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+
+
+def test_a_guessed_window_over_denser_keys_is_rolled_back_and_read(db: psycopg.Connection[Any], dsn: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third window's end, guessed from 280 rows a second, takes in the burst: its DELETE
+    runs past four times the 50 ms it should take and is rolled back (some burst rows were
+    deleted twice, by the sequence); the windows are read from where it began, and every
+    expired row goes once, counted once."""
+    _burst(db)
+    starts = _window_starts(monkeypatch)
+    sizes = Sizes()
+    started = time.monotonic()
+    [res] = expire(dsn, progress=sizes)
+    assert res.status == "ok" and res.rows_deleted == 4000 and sum(sizes.deleted) == 4000
+    assert time.monotonic() - started < 30
+    [(seen,)] = db.execute("SELECT last_value FROM burst_deletes").fetchall()
+    assert seen > 3000  # a window that had deleted some burst rows was rolled back
+    third = db.execute("SELECT CAST(v AS text) FROM (VALUES (timestamptz '2020-01-01' + interval '351 s')) s(v)"
+                       ).fetchone()[0]
+    assert [s.key for s in starts[:3]] == [None, starts[1].key, third] and len(starts) > 3
+    assert max(sizes.deleted) < 3650  # the window of rows 351 to 4000 never committed
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+    assert db.execute("SELECT rows_deleted, status FROM ttl.run_unit").fetchall() == [(4000, "ok")]
+
+
+def test_a_guessed_window_never_outlasts_the_sessions_statement_timeout(db: psycopg.Connection[Any],
+                                                                        dsn: str) -> None:
+    """With statement_timeout (100 ms) below the time a guessed window is allowed (200 ms at
+    least), the guess does not lengthen it: the window that meets it is a timeout, as any
+    statement's is."""
+    _burst(db)
+    db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'statement_timeout'")
+    db.commit()
+    [res] = expire(dsn)
+    [unit] = res.units
+    assert (unit.status, unit.error) == ("timeout", "statement_timeout (100ms) reached")
+    assert res.status == "partial" and res.rows_deleted == 350  # the two windows read before it
+
+
 def test_windows_whose_delete_is_slow_stay_small(db: psycopg.Connection[Any], dsn: str) -> None:
     """A window is sized toward 50 ms from what the last one took: 70 rows that take 70 ms
     (a trigger sleeps 1 ms a row) keep the next ones at delete_batch_size."""
@@ -252,3 +326,51 @@ def test_call_run_windows_pass_a_row_the_application_holds(db: psycopg.Connectio
     app.rollback()
     assert db.execute("SELECT strategy, status, rows_deleted FROM ttl.run_unit").fetchall() == [("index", "ok", 999)]
     assert db.execute("SELECT array_agg(id) FROM w WHERE v < '2999-01-01'").fetchone() == ([321],)
+
+
+@pytest.mark.parametrize(("typ", "values", "unit"), [
+    ("date", "date '2000-01-01' + g", None),
+    ("timestamp", "timestamp '2000-01-01' + g * interval '1 min'", None),
+    ("int8", "946684800 + g * 60", "seconds"),
+    ("int4", "946684800 + g * 60", "seconds"),
+    ("numeric", "946684800.5 + g * 60", "seconds"),
+])
+def test_guessed_windows_over_each_kind_of_ttl_column(db: psycopg.Connection[Any], dsn: str,
+                                                      monkeypatch: pytest.MonkeyPatch, typ: str, values: str,
+                                                      unit: str | None) -> None:
+    """Dates, timestamps and numbers (epoch seconds) alike: windows guessed past the second,
+    every expired row gone once, the live ones kept."""
+    db.execute(f"CREATE TABLE w (id int PRIMARY KEY, v {typ} NOT NULL)")
+    db.execute("CREATE INDEX ON w (v)")
+    db.execute(f"INSERT INTO w SELECT g, {values} FROM generate_series(1, 3000) g")
+    live = "date '2999-01-01'" if typ == "date" else "timestamp '2999-01-01'" if typ == "timestamp" else "32503680000"
+    if typ == "int4":
+        live = "2147483000"
+    db.execute(f"INSERT INTO w SELECT g, {live} FROM generate_series(3001, 3100) g")
+    db.execute("ANALYZE w")
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', delete_batch_size => 70,"
+               " unit => %s)", (unit,))
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+    starts = _window_starts(monkeypatch)
+    sizes = Sizes()
+    [res] = expire(dsn, progress=sizes)
+    assert res.status == "ok" and res.rows_deleted == 3000 and sum(sizes.deleted) == 3000
+    assert len(starts) == 2 and len(sizes.deleted) > 2
+    assert db.execute("SELECT count(*), min(id) FROM w").fetchone() == (100, 3001)
+
+
+def test_window_guess_gives_no_key_it_cannot_reach(db: psycopg.Connection[Any]) -> None:
+    """NULL (read the end instead) when the guess is out of the type's range or no later
+    than the window's first key; otherwise the first key plus the factor times the span."""
+    def guess(expr: str) -> Any:
+        return db.execute(f"SELECT ttl.window_guess({expr})").fetchone()[0]
+
+    assert guess("5::int4, 1, 3, 2.5") == 10
+    assert guess("5::int8, 1::int8, 3::int8, 0.001") == 6  # at least one past the first key
+    assert guess("date '2020-01-01', date '2019-12-01', date '2019-12-02', 0.1") == datetime(2020, 1, 2).date()
+    assert guess("2147483600::int4, 1, 3000, 100") is None
+    assert guess("timestamptz '294270-01-01', timestamptz '2000-01-01', timestamptz '2100-01-01', 100") is None
+    assert guess("timestamptz '2020-01-01', timestamptz '2020-01-01', timestamptz '2020-01-01', 100") is None
+    assert guess("timestamptz 'infinity', timestamptz '2000-01-01', timestamptz '2000-01-02', 1") is None
+    assert guess("timestamptz '2020-01-01', timestamptz '-infinity', timestamptz '2000-01-02', 1") is None

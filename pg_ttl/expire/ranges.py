@@ -178,13 +178,41 @@ def window_end(ctx: UnitContext, start: WindowStart, step: int) -> str | None:
     assert ctx.pred.column is not None and ctx.pred.bound is not None
     query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
                                        lower=_window_lower(ctx, start), step=sql.Literal(step))
+    row = _read_key(ctx, query)
+    return None if row is None else str(row[0])
+
+
+def _read_key(ctx: UnitContext, query: sql.Composed) -> tuple[Any, ...] | None:
+    """A key read under the session's lock_timeout; meeting a lock on the table (DDL), read
+    again under lock_timeout."""
     try:
-        row = execute(ctx, query, reraise_lock=True).fetchone()
+        return execute(ctx, query, reraise_lock=True).fetchone()
     except errors.LockNotAvailable:
         with ctx.conn.transaction():
             ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (ctx.settings.lock_timeout,))
-            row = execute(ctx, query).fetchone()
-    return None if row is None else str(row[0])
+            return execute(ctx, query).fetchone()
+
+
+# The first expired key from a window's start on (one descent of the index) and the
+# window's end guessed from the last window's keys (ttl.window_guess).
+WINDOW_GUESS = """
+SELECT CAST(s.k AS text), CAST(ttl.window_guess(s.k, {first}, {last}, CAST({factor} AS pg_catalog.float8)) AS text)
+  FROM (SELECT pg_catalog.min({col}) AS k FROM ONLY {t} WHERE {bound}{lower}) s
+"""
+
+
+def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str,
+                 factor: float) -> tuple[str | None, str | None]:
+    """The first expired key from ``start`` on (None: no expired row is left there) and the
+    end of a window from it spanning ``factor`` times the keys [first, last) of the last
+    window (None: none comes of it; read the end). Read as window_end is."""
+    assert ctx.pred.column is not None and ctx.pred.bound is not None
+    query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
+                                         lower=_window_lower(ctx, start), first=ctx.pred.cast(sql.Literal(first)),
+                                         last=ctx.pred.cast(sql.Literal(last)), factor=sql.Literal(factor))
+    row = _read_key(ctx, query)
+    assert row is not None
+    return row[0], row[1]
 
 
 def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:

@@ -147,27 +147,48 @@ def delete_rows(ctx: UnitContext, strategy: str) -> str:
 
 
 def _delete_windows(ctx: UnitContext) -> str:
-    """Key windows over the TTL column's btree (ranges.window_end), each deleted in a
-    transaction of its own with the unit's counters and checkpoint (a last one of at most
-    delete_batch_size rows by one statement that does both: a small table's whole run;
-    counting a larger one's rows in that statement cost more than the round trips it saves,
-    3.9 vs 8 ms for 5,000 rows): sized toward sweeps.STATEMENT_SECONDS
-    from what the last one took, from ``delete_batch_size`` rows (the first one, and
-    every one while a rate limit or the throttle slows the pass) growing at most fourfold
-    a window, up to WINDOW_ROWS_MAX. By time, not by ``select_batch_size``: with windows
-    of 10,000 rows their round trips and commits cost a third of a raw DELETE's time.
-    A key with more rows than a window holds goes in ctid windows of at most
+    """Key windows over the TTL column's btree, each deleted in a transaction of its own
+    with the unit's counters and checkpoint (a last one of at most delete_batch_size rows
+    by one statement that does both: a small table's whole run; counting a larger one's
+    rows in that statement cost more than the round trips it saves, 3.9 vs 8 ms for 5,000
+    rows). Sized toward sweeps.STATEMENT_SECONDS from what the last one took, from
+    ``delete_batch_size`` rows (the first one, and every one while a rate limit or the
+    throttle slows the pass) growing at most fourfold a window, up to WINDOW_ROWS_MAX. By
+    time, not by ``select_batch_size``: with windows of 10,000 rows their round trips and
+    commits cost a third of a raw DELETE's time.
+
+    A window's end is read (ranges.window_end: the key that many rows on, an index entry
+    a row) for the first two windows and while the pass is slowed, where a window must hold
+    at most its rows. Otherwise it is guessed from the last window's keys (ranges.window_guess):
+    the rows it should hold over the rows the last one held, times the keys that one
+    spanned. A guessed window that runs past four times the time it should take (its keys
+    denser than the last one's) is rolled back, and the unit's windows are read from
+    there on. A key with more rows than a read window holds goes in ctid windows of at most
     ``delete_batch_size`` rows."""
     policy = ctx.policy
     start, within = ranges.window_start(ctx)
     step = policy.delete_batch_size
     largest = max(WINDOW_ROWS_MAX, step)
+    # the last window's keys [first, end), how many times its rows the next one takes, and
+    # the seconds it is allowed: what the next window's end is guessed from
+    guess: tuple[str, str, float, float] | None = None
+    guessing = True  # until a guessed window overruns its time
+    session_ms: int | None = None  # the session's statement_timeout, read when first needed
     while not ctx.stopping():
+        first, limit = start.key, None
         if within is None:
             set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
-            end = ranges.window_end(ctx, start, step)
-            if end is not None and end == start.key and start.inclusive:
-                within = (end, None)  # a step of rows or more share this key
+            end = None
+            if guess is not None and guessing and not ctx.paced():
+                first, end = ranges.window_guess(ctx, start, *guess[:3])
+                if first is None:  # no expired row left from start on
+                    return "ok"
+                limit = guess[3] if end is not None else None
+            if limit is None:
+                first = start.key
+                end = ranges.window_end(ctx, start, step)
+                if end is not None and end == start.key and start.inclusive:
+                    within = (end, None)  # a step of rows or more share this key
         if within is not None:
             # (rows of the key outside its ctid windows, written since, are left to the next run)
             ctx.rows_may_remain = True
@@ -176,24 +197,72 @@ def _delete_windows(ctx: UnitContext) -> str:
                 _delete_batch(ctx, iter(chunks))
                 if ctx.stopping():
                     return "partial"
-            start, within = ranges.WindowStart(within[0], inclusive=False), None
+            start, within, guess = ranges.WindowStart(within[0], inclusive=False), None, None
             continue
         before, started = ctx.deleted, time.monotonic()
-        if end is None and step <= policy.delete_batch_size:
+        if limit is None and end is None and step <= policy.delete_batch_size:
             # the only or a paced last window, of at most delete_batch_size rows: deleted and
             # counted by one statement (a small table's run: no BEGIN, UPDATE, COMMIT of its own)
             _delete_chunk(ctx, ranges.window(ctx, start, end))
             return "ok"
-        _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
-        if end is None:  # a larger last one: the counting statement would cost more than the round trips
-            return "partial" if ctx.stopping() else "ok"
+        if limit is not None:
+            if session_ms is None:
+                session_ms = _statement_timeout_ms(ctx)
+            if not _delete_guessed(ctx, ranges.window(ctx, start, end), limit, session_ms):
+                guessing, guess = False, None  # its keys were denser: read the window instead
+                step = max(policy.delete_batch_size, step // 4)
+                continue
+        else:
+            _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
+            if end is None:  # a larger last one: the counting statement would cost more than the round trips
+                return "partial" if ctx.stopping() else "ok"
+        assert end is not None
         took, deleted = max(time.monotonic() - started, 1e-4), ctx.deleted - before
         paced = ctx.paced()
         by_time = max(deleted, 1) * sweeps.STATEMENT_SECONDS / took
         step = policy.delete_batch_size if paced else max(policy.delete_batch_size,
                                                           min(largest, int(by_time), step * 4))
+        # the next window's keys: step rows at the density of this one's (at most 16 times its
+        # keys), allowed four times the time that should take
+        factor = min(step / max(deleted, 1), 16.0)
+        guess = (first, end, factor, 4 * max(took * factor, sweeps.STATEMENT_SECONDS)) \
+            if first is not None and deleted > 0 else None
         start = ranges.WindowStart(end)
     return "partial"
+
+
+def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float, session_ms: int) -> bool:
+    """A window whose end was guessed, in a transaction of its own with the unit's counters;
+    False when its DELETE ran past ``limit`` seconds: rolled back. The session's own
+    statement_timeout (``session_ms``; 0: none), when shorter, stays in force (and is a
+    timeout)."""
+    limit_ms = max(1, int(limit * 1000))
+    guarded = session_ms == 0 or limit_ms < session_ms
+    started = time.monotonic()
+    try:
+        with ctx.conn.transaction():
+            if guarded:
+                ctx.conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)", (str(limit_ms),))
+            n = _delete_plain(ctx, chunk)
+            _account_group(ctx, [(chunk, n)])
+    except ranges.UnitTimeout as exc:
+        # (a cancel that came sooner is someone else's: pg_cancel_backend, say)
+        if guarded and isinstance(exc.__cause__, errors.QueryCanceled) \
+                and time.monotonic() - started >= limit * 0.9:
+            return False
+        raise
+    except (errors.LockNotAvailable, errors.SerializationFailure) as exc:
+        _delete_chunk(ctx, chunk, skip_locked=isinstance(exc, errors.LockNotAvailable))
+        return True
+    ctx.deleted += n
+    _counted(ctx, chunk, n)
+    return True
+
+
+def _statement_timeout_ms(ctx: UnitContext) -> int:
+    row = ctx.conn.execute("SELECT pg_catalog.current_setting('statement_timeout')::pg_catalog.interval").fetchone()
+    assert row is not None
+    return int(row[0].total_seconds() * 1000)
 
 
 def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
