@@ -1,0 +1,25 @@
+"""key windows guessed past the second (ttl.window_guess in the code layer)
+
+Revision ID: 0021
+Revises: 0020
+Create Date: 2026-11-29
+"""
+
+revision = "0021"
+down_revision = "0020"
+branch_labels = None
+depends_on = None
+
+# No table changes. pg-ttl run and the worker of this version call ttl.window_guess, a
+# function of the code layer (sql/52_delete_rows.sql), which the code layer's replay after
+# this upgrade creates. The revision is what tells a database still without it to run
+# pg-ttl upgrade (pg-ttl refuses to run against an older revision) rather than fail in
+# the middle of a unit. A downgrade leaves the function, as it leaves every function.
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
