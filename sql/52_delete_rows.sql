@@ -217,6 +217,26 @@ BEGIN
 END
 $fn$;
 
+-- How many rows the next key window holds, for pg-ttl run, the worker and CALL
+-- ttl.run() alike: toward 50 ms a DELETE from what the last window took (`deleted`
+-- rows in `seconds`), at most four times the last one's `last_rows`, at most
+-- 1,000,000 rows (or `batch`, delete_batch_size, if larger), at least `batch`; `batch`
+-- while the pass is `paced` (a rate limit or the throttle slows it: waits fall between
+-- windows of that many rows). By time, not select_batch_size: with windows of 10,000
+-- rows their round trips and commits cost a third of a raw DELETE's time. A call with
+-- constants is folded by the planner: a window's read has its OFFSET as a constant.
+CREATE OR REPLACE FUNCTION ttl.window_rows(batch bigint, last_rows bigint, deleted bigint, seconds float8,
+                                           paced boolean)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN paced THEN batch
+                ELSE greatest(batch, least(greatest(1000000, batch), last_rows * 4,
+                                           (greatest(deleted, 1) * 0.05 / greatest(seconds, 0.0001))::int8))
+           END
+$fn$;
+
 -- The end of a key window guessed from the last one, for pg-ttl run and the worker
 -- (pg_ttl/expire/rows.py): `k0`, the window's first key, plus `factor` times the keys
 -- the last window spanned, [first, last). Reading the end key a step of rows on costs

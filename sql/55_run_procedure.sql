@@ -274,14 +274,8 @@ BEGIN
                     COMMIT;
                     EXIT WHEN e IS NULL;  -- the last window: every key from k on
                     k := e;
-                    IF rate = 0 THEN
-                        -- toward 50 ms a window, at most fourfold, at most 1,000,000 rows
-                        -- (WINDOW_ROWS_MAX in rows.py): by time, not select_batch_size
-                        win := greatest(p.delete_batch_size, least(
-                            greatest(1000000, p.delete_batch_size), win * 4,
-                            (greatest(n, 1) * 0.05 / greatest(extract(epoch FROM pg_catalog.clock_timestamp()
-                                                                      - group_start), 0.0001))::bigint));
-                    END IF;
+                    win := ttl.window_rows(p.delete_batch_size, win, n,
+                                           extract(epoch FROM pg_catalog.clock_timestamp() - group_start), rate > 0);
                 ELSE
                     b := b + step;
                     group_n := group_n + n;

@@ -374,3 +374,26 @@ def test_window_guess_gives_no_key_it_cannot_reach(db: psycopg.Connection[Any]) 
     assert guess("timestamptz '2020-01-01', timestamptz '2020-01-01', timestamptz '2020-01-01', 100") is None
     assert guess("timestamptz 'infinity', timestamptz '2000-01-01', timestamptz '2000-01-02', 1") is None
     assert guess("timestamptz '2020-01-01', timestamptz '-infinity', timestamptz '2000-01-02', 1") is None
+
+
+def test_call_run_and_the_engine_size_their_windows_by_one_rule(db: psycopg.Connection[Any], dsn: str,
+                                                               connect: Any) -> None:
+    """ttl.window_rows decides both: the same table gives the same windows, whether
+    deleted by CALL ttl.run() (each DELETE's rows logged by a statement trigger) or by
+    the engine (its progress)."""
+    _table(db, 3000)
+    db.execute("CREATE TABLE deletes (n bigint, at timestamptz DEFAULT clock_timestamp())")
+    db.execute("CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " INSERT INTO deletes (n) SELECT count(*) FROM gone HAVING count(*) > 0; RETURN NULL; END $$")
+    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
+               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+    db.execute("CREATE TABLE w_copy AS SELECT * FROM w")
+    db.commit()
+    connect().execute("CALL ttl.run('w')")
+    by_call = [n for (n,) in db.execute("SELECT n FROM deletes ORDER BY at").fetchall()]
+    db.execute("INSERT INTO w SELECT * FROM w_copy WHERE v < '2999-01-01'")
+    db.commit()
+    sizes = Sizes()
+    [res] = expire(dsn, progress=sizes)
+    assert res.status == "ok" and res.rows_deleted == 3000
+    assert by_call == sizes.deleted == [70, 280, 1120, 1530]

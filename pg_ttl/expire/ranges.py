@@ -136,8 +136,9 @@ def _key_range(ctx: UnitContext, lo: Position | None, hi: tuple[str, str]) -> sq
 # would otherwise cast every row it skips; named apart, as ORDER BY a name an output
 # column has sorts by that column.
 WINDOW_END = """
-SELECT CAST(s.window_end AS text) FROM (
-  SELECT {col} AS window_end FROM ONLY {t} WHERE {bound}{lower} ORDER BY {col} OFFSET {step} LIMIT 1) s
+SELECT (SELECT CAST(s.window_end AS text) FROM (
+          SELECT {col} AS window_end FROM ONLY {t} WHERE {bound}{lower} ORDER BY {col} OFFSET {rows} LIMIT 1) s),
+       CAST({rows} AS pg_catalog.int8)
 """
 
 
@@ -171,15 +172,35 @@ def _window_lower(ctx: UnitContext, start: WindowStart) -> sql.Composable:
                                            ctx.pred.cast(sql.Literal(start.key)))
 
 
-def window_end(ctx: UnitContext, start: WindowStart, step: int) -> str | None:
-    """The key ``step`` expired rows on from ``start`` (the end of a window of at most
-    that many rows, exclusive), or None: fewer rows left. Read under the session's
-    lock_timeout; meeting a lock on the table (DDL), read again under lock_timeout."""
+@dataclass
+class WindowSize:
+    """What the next key window's rows are decided from (ttl.window_rows): the last
+    window's rows, the rows it deleted, in how many seconds, and whether the pass is paced;
+    or, for a unit's first window, just ``rows`` (delete_batch_size)."""
+
+    rows: int
+    deleted: int | None = None
+    seconds: float = 0.0
+    paced: bool = False
+
+    def sql(self, ctx: UnitContext) -> sql.Composable:
+        if self.deleted is None:
+            return sql.Literal(self.rows)
+        return sql.SQL("ttl.window_rows({}, {}, {}, {}, {})").format(*map(sql.Literal, (
+            ctx.policy.delete_batch_size, self.rows, self.deleted, self.seconds, self.paced)))
+
+
+def window_end(ctx: UnitContext, start: WindowStart, size: WindowSize) -> tuple[str | None, int]:
+    """The key a window's rows (``size``) on from ``start`` (the end of a window of at most
+    that many rows, exclusive; None: fewer rows left) and those rows. Read under the
+    session's lock_timeout; meeting a lock on the table (DDL), read again under
+    lock_timeout."""
     assert ctx.pred.column is not None and ctx.pred.bound is not None
     query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
-                                       lower=_window_lower(ctx, start), step=sql.Literal(step))
+                                       lower=_window_lower(ctx, start), rows=size.sql(ctx))
     row = _read_key(ctx, query)
-    return None if row is None else str(row[0])
+    assert row is not None
+    return row[0], int(row[1])
 
 
 def _read_key(ctx: UnitContext, query: sql.Composed) -> tuple[Any, ...] | None:
@@ -195,24 +216,41 @@ def _read_key(ctx: UnitContext, query: sql.Composed) -> tuple[Any, ...] | None:
 
 # The first expired key from a window's start on (one descent of the index) and the
 # window's end guessed from the last window's keys (ttl.window_guess).
+# ``factor``: the window's rows over the last one's deleted rows, at most GUESS_GROWTH_MAX.
 WINDOW_GUESS = """
-SELECT CAST(s.k AS text), CAST(ttl.window_guess(s.k, {first}, {last}, CAST({factor} AS pg_catalog.float8)) AS text)
-  FROM (SELECT pg_catalog.min({col}) AS k FROM ONLY {t} WHERE {bound}{lower}) s
+SELECT CAST(s.k AS text), CAST(ttl.window_guess(s.k, {first}, {last}, f.factor) AS text), f.rows, f.factor
+  FROM (SELECT r.rows, LEAST(CAST(r.rows AS pg_catalog.float8) / {deleted}, {most}) AS factor
+          FROM (SELECT CAST({rows} AS pg_catalog.int8) AS rows) r) f,
+       (SELECT pg_catalog.min({col}) AS k FROM ONLY {t} WHERE {bound}{lower}) s
 """
+# A guessed window spans at most this many times the keys of the last one.
+GUESS_GROWTH_MAX = 16.0
 
 
-def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str,
-                 factor: float) -> tuple[str | None, str | None]:
-    """The first expired key from ``start`` on (None: no expired row is left there) and the
-    end of a window from it spanning ``factor`` times the keys [first, last) of the last
-    window (None: none comes of it; read the end). Read as window_end is."""
-    assert ctx.pred.column is not None and ctx.pred.bound is not None
+@dataclass
+class Guess:
+    """A key window whose end was guessed: its first key (None: no expired row is left from
+    its start on), its end (None: no key comes of the guess, read it), its rows and how
+    many times the last window's keys it spans."""
+
+    first: str | None
+    end: str | None
+    rows: int
+    factor: float
+
+
+def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str, size: WindowSize) -> Guess:
+    """A window from the first expired key from ``start`` on, spanning as many times the keys
+    [first, last) of the last window as its rows (``size``) are times the rows that one
+    deleted. Read as window_end is."""
+    assert ctx.pred.column is not None and ctx.pred.bound is not None and size.deleted
     query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
                                          lower=_window_lower(ctx, start), first=ctx.pred.cast(sql.Literal(first)),
-                                         last=ctx.pred.cast(sql.Literal(last)), factor=sql.Literal(factor))
+                                         last=ctx.pred.cast(sql.Literal(last)), rows=size.sql(ctx),
+                                         deleted=sql.Literal(size.deleted), most=sql.Literal(GUESS_GROWTH_MAX))
     row = _read_key(ctx, query)
     assert row is not None
-    return row[0], row[1]
+    return Guess(row[0], row[1], int(row[2]), float(row[3]))
 
 
 def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:

@@ -64,10 +64,6 @@ UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected
  WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
 """
 GROUP_SECONDS = 0.05
-# The most rows of one key window; CALL ttl.run() has the same bound (sql/55_run_procedure.sql).
-# Windows are sized by time; this bounds a window's read of keys should the DELETEs
-# before it have run much faster than it will.
-WINDOW_ROWS_MAX = 1_000_000
 # Follows a DELETE ... RETURNING 1 named d; values are literals (see the module docstring).
 ACCOUNT = sql.SQL("""
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),
@@ -151,11 +147,10 @@ def _delete_windows(ctx: UnitContext) -> str:
     with the unit's counters and checkpoint (a last one of at most delete_batch_size rows
     by one statement that does both: a small table's whole run; counting a larger one's
     rows in that statement cost more than the round trips it saves, 3.9 vs 8 ms for 5,000
-    rows). Sized toward sweeps.STATEMENT_SECONDS from what the last one took, from
-    ``delete_batch_size`` rows (the first one, and every one while a rate limit or the
-    throttle slows the pass) growing at most fourfold a window, up to WINDOW_ROWS_MAX. By
-    time, not by ``select_batch_size``: with windows of 10,000 rows their round trips and
-    commits cost a third of a raw DELETE's time.
+    rows). The first holds ``delete_batch_size`` rows; each next one as many as
+    ttl.window_rows says from what the last one took (toward sweeps.STATEMENT_SECONDS,
+    the rule CALL ttl.run() follows too), computed in the statement that reads or guesses
+    the window.
 
     A window's end is read (ranges.window_end: the key that many rows on, an index entry
     a row) for the first two windows and while the pass is slowed, where a window must hold
@@ -167,28 +162,27 @@ def _delete_windows(ctx: UnitContext) -> str:
     ``delete_batch_size`` rows."""
     policy = ctx.policy
     start, within = ranges.window_start(ctx)
-    step = policy.delete_batch_size
-    largest = max(WINDOW_ROWS_MAX, step)
-    # the last window's keys [first, end), how many times its rows the next one takes, and
-    # the seconds it is allowed: what the next window's end is guessed from
-    guess: tuple[str, str, float, float] | None = None
+    size = ranges.WindowSize(policy.delete_batch_size)
+    last_keys: tuple[str, str] | None = None  # the last window's keys [first, end): a guess's base
     guessing = True  # until a guessed window overruns its time
     session_ms: int | None = None  # the session's statement_timeout, read when first needed
     while not ctx.stopping():
-        first, limit = start.key, None
+        first, limit, rows = start.key, None, size.rows
         if within is None:
             set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
             end = None
-            if guess is not None and guessing and not ctx.paced():
-                first, end = ranges.window_guess(ctx, start, *guess[:3])
-                if first is None:  # no expired row left from start on
+            if last_keys is not None and guessing and not size.paced:
+                guess = ranges.window_guess(ctx, start, *last_keys, size)
+                if guess.first is None:  # no expired row left from start on
                     return "ok"
-                limit = guess[3] if end is not None else None
+                if guess.end is not None:
+                    first, end, rows = guess.first, guess.end, guess.rows
+                    # four times what it should take at the last window's pace
+                    limit = 4 * max(size.seconds * guess.factor, sweeps.STATEMENT_SECONDS)
             if limit is None:
-                first = start.key
-                end = ranges.window_end(ctx, start, step)
+                end, rows = ranges.window_end(ctx, start, size)
                 if end is not None and end == start.key and start.inclusive:
-                    within = (end, None)  # a step of rows or more share this key
+                    within = (end, None)  # a window of rows or more share this key
         if within is not None:
             # (rows of the key outside its ctid windows, written since, are left to the next run)
             ctx.rows_may_remain = True
@@ -197,10 +191,10 @@ def _delete_windows(ctx: UnitContext) -> str:
                 _delete_batch(ctx, iter(chunks))
                 if ctx.stopping():
                     return "partial"
-            start, within, guess = ranges.WindowStart(within[0], inclusive=False), None, None
+            start, within, last_keys = ranges.WindowStart(within[0], inclusive=False), None, None
             continue
         before, started = ctx.deleted, time.monotonic()
-        if limit is None and end is None and step <= policy.delete_batch_size:
+        if limit is None and end is None and rows <= policy.delete_batch_size:
             # the only or a paced last window, of at most delete_batch_size rows: deleted and
             # counted by one statement (a small table's run: no BEGIN, UPDATE, COMMIT of its own)
             _delete_chunk(ctx, ranges.window(ctx, start, end))
@@ -209,24 +203,18 @@ def _delete_windows(ctx: UnitContext) -> str:
             if session_ms is None:
                 session_ms = _statement_timeout_ms(ctx)
             if not _delete_guessed(ctx, ranges.window(ctx, start, end), limit, session_ms):
-                guessing, guess = False, None  # its keys were denser: read the window instead
-                step = max(policy.delete_batch_size, step // 4)
+                # its keys were denser: a quarter of its rows, read, and reads from here on
+                guessing, last_keys = False, None
+                size = ranges.WindowSize(max(policy.delete_batch_size, rows // 4))
                 continue
         else:
             _delete_batch(ctx, iter([ranges.window(ctx, start, end)]))
             if end is None:  # a larger last one: the counting statement would cost more than the round trips
                 return "partial" if ctx.stopping() else "ok"
         assert end is not None
-        took, deleted = max(time.monotonic() - started, 1e-4), ctx.deleted - before
-        paced = ctx.paced()
-        by_time = max(deleted, 1) * sweeps.STATEMENT_SECONDS / took
-        step = policy.delete_batch_size if paced else max(policy.delete_batch_size,
-                                                          min(largest, int(by_time), step * 4))
-        # the next window's keys: step rows at the density of this one's (at most 16 times its
-        # keys), allowed four times the time that should take
-        factor = min(step / max(deleted, 1), 16.0)
-        guess = (first, end, factor, 4 * max(took * factor, sweeps.STATEMENT_SECONDS)) \
-            if first is not None and deleted > 0 else None
+        deleted = ctx.deleted - before
+        size = ranges.WindowSize(rows, deleted, time.monotonic() - started, ctx.paced())
+        last_keys = (first, end) if first is not None and deleted > 0 else None
         start = ranges.WindowStart(end)
     return "partial"
 
