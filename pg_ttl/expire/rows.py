@@ -165,7 +165,6 @@ def _delete_windows(ctx: UnitContext) -> str:
     size = ranges.WindowSize(policy.delete_batch_size)
     last_keys: tuple[str, str] | None = None  # the last window's keys [first, end): a guess's base
     guessing = True  # until a guessed window overruns its time
-    session_ms: int | None = None  # the session's statement_timeout, read when first needed
     while not ctx.stopping():
         first, limit, rows = start.key, None, size.rows
         if within is None:
@@ -200,9 +199,7 @@ def _delete_windows(ctx: UnitContext) -> str:
             _delete_chunk(ctx, ranges.window(ctx, start, end))
             return "ok"
         if limit is not None:
-            if session_ms is None:
-                session_ms = _statement_timeout_ms(ctx)
-            if not _delete_guessed(ctx, ranges.window(ctx, start, end), limit, session_ms):
+            if not _delete_guessed(ctx, ranges.window(ctx, start, end), limit):
                 # its keys were denser: a quarter of its rows, read, and reads from here on
                 guessing, last_keys = False, None
                 size = ranges.WindowSize(max(policy.delete_batch_size, rows // 4))
@@ -219,18 +216,25 @@ def _delete_windows(ctx: UnitContext) -> str:
     return "partial"
 
 
-def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float, session_ms: int) -> bool:
+# A guessed window's time limit, within its transaction: when the session's own
+# statement_timeout is none or longer; says whether it set it.
+GUARD = """
+SELECT g.guard, CASE WHEN g.guard THEN pg_catalog.set_config('statement_timeout', %(ms)s::text, true) END
+  FROM (SELECT pg_catalog.current_setting('statement_timeout')::pg_catalog.interval AS t) c,
+       LATERAL (SELECT c.t = interval '0' OR c.t > %(ms)s::text::pg_catalog.interval AS guard) g
+"""
+
+
+def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float) -> bool:
     """A window whose end was guessed, in a transaction of its own with the unit's counters;
     False when its DELETE ran past ``limit`` seconds: rolled back. The session's own
-    statement_timeout (``session_ms``; 0: none), when shorter, stays in force (and is a
-    timeout)."""
-    limit_ms = max(1, int(limit * 1000))
-    guarded = session_ms == 0 or limit_ms < session_ms
+    statement_timeout, when shorter, stays in force (and is a timeout)."""
+    guarded = False
     started = time.monotonic()
     try:
         with ctx.conn.transaction():
-            if guarded:
-                ctx.conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)", (str(limit_ms),))
+            row = ctx.conn.execute(GUARD, {"ms": f"{max(1, int(limit * 1000))}ms"}).fetchone()
+            guarded = bool(row and row[0])
             n = _delete_plain(ctx, chunk)
             _account_group(ctx, [(chunk, n)])
     except ranges.UnitTimeout as exc:
@@ -245,12 +249,6 @@ def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float, session_ms: in
     ctx.deleted += n
     _counted(ctx, chunk, n)
     return True
-
-
-def _statement_timeout_ms(ctx: UnitContext) -> int:
-    row = ctx.conn.execute("SELECT pg_catalog.current_setting('statement_timeout')::pg_catalog.interval").fetchone()
-    assert row is not None
-    return int(row[0].total_seconds() * 1000)
 
 
 def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
