@@ -495,4 +495,23 @@ def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any],
         assert sampler.samples > 0  # it did open, and sample
     assert res.status == "ok" and res.rows_deleted == 300_000
     assert [u.strategy for u in res.units] == ["index"]
-    assert len(seen) == 2 and seen[1] >= seen[0] + 3, seen
+    # opened as the unit began (more than one window's rows), and the engine went on
+    assert len(seen) == 2 and seen[0] == 0 and seen[1] >= 3, seen
+
+
+def test_a_table_of_one_window_opens_no_sampler(db: psycopg.Connection[Any], dsn: str) -> None:
+    """A unit whose expired rows fit in one window is done before any pace could apply:
+    no sampler session, no sample."""
+    db.execute("CREATE TABLE s (id int PRIMARY KEY, created_at timestamptz NOT NULL)")
+    db.execute("CREATE INDEX ON s (created_at)")
+    db.execute("INSERT INTO s SELECT g, CASE WHEN g <= 500 THEN now() - interval '3 days' ELSE now() END"
+               " FROM generate_series(1, 5000) g")
+    db.execute("SELECT ttl.enable('s', expire_after => '1 day', column_name => 'created_at')")
+    db.execute("ANALYZE s")
+    db.commit()
+    with Engine(dsn) as engine:
+        [res] = engine.expire(["s"])
+        assert res.status == "ok" and res.rows_deleted == 500 and [u.strategy for u in res.units] == ["index"]
+        assert engine.pace.samples == 0
+        assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg-ttl pace'"
+                          ).fetchone() == (0,)

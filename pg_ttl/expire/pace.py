@@ -260,6 +260,13 @@ class Pace:
         if self._sampling():
             self._active.set()
 
+    def prepare(self) -> None:
+        """A unit that will likely be paced (it works past WARMUP_SECONDS) begins: the
+        sampler opens now, in its own thread, so that its first sample is in when the pace
+        begins, and the engine does not wait for it."""
+        if self.enabled and not self._sampling():
+            self._begin_sampling(time.time(), wait=False)
+
     def unit_ended(self) -> None:
         if self._working_since is not None:
             now = time.time()
@@ -311,7 +318,8 @@ class Pace:
         when it cannot sample (a sampler that failed is opened again, not at once).
         ``wait`` False: the engine goes on meanwhile (opening a session and a first read of
         pg_stat_activity took 17 ms of a 0.25 s pass), and between_transactions starts the
-        pace from the first sample once it is in."""
+        pace from the first sample once it is in (``prepare`` opens it at the unit's start,
+        so that it is in by then)."""
         if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
             return False
         self._start_sampler()
