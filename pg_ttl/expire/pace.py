@@ -323,8 +323,8 @@ class Pace:
         if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
             return False
         self._start_sampler()
+        self._starting = not wait
         if not wait:
-            self._starting = True
             return True
         self._first_sample.wait()
         if not self._sampling():
