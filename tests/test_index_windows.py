@@ -189,6 +189,18 @@ def test_under_a_rate_limit_windows_stay_at_delete_batch_size(db: psycopg.Connec
     assert max(sizes.deleted) <= 70 and len(sizes.deleted) >= 1000 / 70
 
 
+def _log_deletes(db: psycopg.Connection[Any]) -> None:
+    """Table deletes: what each DELETE statement on w took, its rows and their keys, in order
+    (a statement trigger with a transition table)."""
+    db.execute("CREATE TABLE deletes (n bigint, lo timestamptz, hi timestamptz,"
+               " at timestamptz DEFAULT clock_timestamp())")
+    db.execute("CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               " INSERT INTO deletes (n, lo, hi) SELECT count(*), min(v), max(v) FROM gone HAVING count(*) > 0;"
+               " RETURN NULL; END $$")
+    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
+               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+
+
 def _tied(db: psycopg.Connection[Any]) -> None:
     """Table w: 50 keys of one row, 500 rows of one key (2020-01-02), 50 keys of one row
     (all expired), 100 live; a btree on v."""
@@ -295,14 +307,7 @@ def test_call_run_sweeps_the_rest_in_block_ranges_past_a_key_of_a_window_or_more
     db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', select_batch_size => 200,"
                " delete_batch_size => 40, delete_rate_limit => 1000000)")
     db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
-    # what each DELETE statement took: its rows and their keys
-    db.execute("CREATE TABLE deletes (n bigint, lo timestamptz, hi timestamptz,"
-               " at timestamptz DEFAULT clock_timestamp())")
-    db.execute("CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-               " INSERT INTO deletes (n, lo, hi) SELECT count(*), min(v), max(v) FROM gone HAVING count(*) > 0;"
-               " RETURN NULL; END $$")
-    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
-               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+    _log_deletes(db)
     db.commit()
     connect().execute("CALL ttl.run('w')")
     assert db.execute("SELECT strategy, status, rows_deleted, checkpoint FROM ttl.run_unit").fetchall() == [
@@ -382,11 +387,7 @@ def test_call_run_and_the_engine_size_their_windows_by_one_rule(db: psycopg.Conn
     deleted by CALL ttl.run() (each DELETE's rows logged by a statement trigger) or by
     the engine (its progress)."""
     _table(db, 3000)
-    db.execute("CREATE TABLE deletes (n bigint, at timestamptz DEFAULT clock_timestamp())")
-    db.execute("CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-               " INSERT INTO deletes (n) SELECT count(*) FROM gone HAVING count(*) > 0; RETURN NULL; END $$")
-    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
-               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+    _log_deletes(db)
     db.execute("CREATE TABLE w_copy AS SELECT * FROM w")
     db.commit()
     connect().execute("CALL ttl.run('w')")
