@@ -217,14 +217,28 @@ BEGIN
 END
 $fn$;
 
+-- How long one transaction of row expiry aims to take, in seconds: short enough that
+-- other sessions barely wait on the rows it locks, long enough that its commit and round
+-- trips cost little next to its DELETE. The one target of pg-ttl run, the worker and
+-- CALL ttl.run() alike: key windows (ttl.window_rows), block ranges grouped into
+-- transactions (CALL ttl.run(), pg_ttl/expire/rows.py) and a shared sweep's DELETEs
+-- (pg_ttl/expire/sweeps.py); the engine reads it with each pass's settings
+-- (ttl._pass_settings).
+CREATE OR REPLACE FUNCTION ttl.transaction_seconds() RETURNS float8
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT 0.05::float8
+$fn$;
+
 -- How many rows the next key window holds, for pg-ttl run, the worker and CALL
--- ttl.run() alike: toward 50 ms a DELETE from what the last window took (`deleted`
--- rows in `seconds`), at most four times the last one's `last_rows`, at most
--- 1,000,000 rows (or `batch`, delete_batch_size, if larger), at least `batch`; `batch`
--- while the pass is `paced` (a rate limit or the throttle slows it: waits fall between
--- windows of that many rows). By time, not select_batch_size: with windows of 10,000
--- rows their round trips and commits cost a third of a raw DELETE's time. A call with
--- constants is folded by the planner: a window's read has its OFFSET as a constant.
+-- ttl.run() alike: toward ttl.transaction_seconds() a DELETE from what the last window
+-- took (`deleted` rows in `seconds`), at most four times the last one's `last_rows`, at
+-- most 1,000,000 rows (or `batch`, delete_batch_size, if larger), at least `batch`;
+-- `batch` while the pass is `paced` (a rate limit or the throttle slows it: waits fall
+-- between windows of that many rows). By time, not select_batch_size: with windows of
+-- 10,000 rows their round trips and commits cost a third of a raw DELETE's time. A call
+-- with constants is folded by the planner: a window's read has its OFFSET as a constant.
 CREATE OR REPLACE FUNCTION ttl.window_rows(batch bigint, last_rows bigint, deleted bigint, seconds float8,
                                            paced boolean)
 RETURNS bigint
@@ -233,7 +247,8 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT CASE WHEN paced THEN batch
                 ELSE greatest(batch, least(greatest(1000000, batch), last_rows * 4,
-                                           (greatest(deleted, 1) * 0.05 / greatest(seconds, 0.0001))::int8))
+                                           (greatest(deleted, 1) * ttl.transaction_seconds()
+                                            / greatest(seconds, 0.0001))::int8))
            END
 $fn$;
 
@@ -268,16 +283,18 @@ END
 $fn$;
 
 -- What a pass of the engine reads of the settings, once: every setting as text,
--- the WAL a replica may have left before the throttle slows down (bytes), and
--- the shared sweeps' sizes in blocks. pg-ttl run reads it with the pass's
--- cutoff; the worker with each run's start, in the statement that begins it.
+-- the WAL a replica may have left before the throttle slows down (bytes), the
+-- shared sweeps' sizes in blocks and how long a transaction aims to take. pg-ttl
+-- run reads it with the pass's cutoff; the worker with each run's start, in the
+-- statement that begins it.
 CREATE OR REPLACE FUNCTION ttl._pass_settings(OUT settings json, OUT replica_lag_bytes bigint,
-                                              OUT row_range_blocks bigint, OUT shared_sweep_blocks bigint)
+                                              OUT row_range_blocks bigint, OUT shared_sweep_blocks bigint,
+                                              OUT transaction_seconds float8)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT (SELECT json_object_agg(s.name, s.value) FROM ttl.settings s),
            -- the size as PostgreSQL reads it ('256MB', '1 GB')
            (SELECT pg_size_bytes(s.value) FROM ttl.settings s WHERE s.name = 'throttle_replica_lag'),
-           ttl.row_range_blocks(), ttl.shared_sweep_blocks()
+           ttl.row_range_blocks(), ttl.shared_sweep_blocks(), ttl.transaction_seconds()
 $fn$;

@@ -208,13 +208,14 @@ BEGIN
             -- every window: rows.py guesses e past its second window, a time guard with it,
             -- which this procedure, one statement to its caller, cannot set), each one
             -- transaction with the unit's counters and checkpoint (every row below e went),
-            -- the step from delete_batch_size rows toward 50 ms a window (a rate limit
-            -- keeps it at delete_batch_size); a key with a
-            -- step of rows or more: the rest of the unit in block ranges. Block ranges are
-            -- grouped into transactions of about 50 ms, each committed with one update of the
-            -- unit's counters and checkpoint (a rate limit: every range its own transaction),
-            -- a range sized from the expired rows the last one held, toward
-            -- delete_batch_size of them. Waits for a rate limit fall between transactions.
+            -- the step from delete_batch_size rows toward ttl.transaction_seconds() a
+            -- window (a rate limit keeps it at delete_batch_size); a key with a step of
+            -- rows or more: the rest of the unit in block ranges. Block ranges are grouped
+            -- into transactions of about ttl.transaction_seconds(), each committed with one
+            -- update of the unit's counters and checkpoint (a rate limit: every range its
+            -- own transaction), a range sized from the expired rows the last one held,
+            -- toward delete_batch_size of them. Waits for a rate limit fall between
+            -- transactions.
             IF strategy = 'index' THEN
                 k := coalesce(cp->>'from', cp->>'key', cp->>'after');
                 win := p.delete_batch_size;
@@ -281,7 +282,8 @@ BEGIN
                     group_n := group_n + n;
                     step := greatest(1, least(max_step, step * 4, (step * p.delete_batch_size) / greatest(n, 1)));
                     CONTINUE WHEN rate = 0 AND b < nblocks
-                                  AND pg_catalog.clock_timestamp() - group_start < interval '50 milliseconds';
+                                  AND pg_catalog.clock_timestamp() - group_start
+                                      < pg_catalog.make_interval(secs => ttl.transaction_seconds());
                     UPDATE ttl.run_unit SET rows_selected = rows_selected + group_n,
                            rows_deleted = rows_deleted + group_n,
                            checkpoint = jsonb_build_object('strategy', 'ctid', 'from', format('(%s,0)', b),

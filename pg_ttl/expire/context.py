@@ -40,7 +40,7 @@ class NullProgress:
 
 # What a pass reads of the settings, once (ttl._pass_settings() s): by pg-ttl run with the
 # cutoff, by the worker with each run's start (in the statement that begins it).
-PASS_SETTINGS = "s.settings, s.replica_lag_bytes, s.row_range_blocks, s.shared_sweep_blocks"
+PASS_SETTINGS = "s.settings, s.replica_lag_bytes, s.row_range_blocks, s.shared_sweep_blocks, s.transaction_seconds"
 
 
 @dataclass
@@ -58,6 +58,9 @@ class EngineSettings:
     shared_sweep_blocks: int = 0
     # the WAL a replica may have left to replay before the throttle slows down (bytes; None: no limit)
     replica_lag_bytes: int | None = None
+    # how long one transaction of expiry aims to take (ttl.transaction_seconds()); read with
+    # each pass's settings (None: not read, as by ``load``)
+    transaction_seconds: float | None = None
 
     @classmethod
     def load(cls, conn: psycopg.Connection[Any]) -> EngineSettings:
@@ -69,7 +72,14 @@ class EngineSettings:
         settings = cls.from_values(row[0] or {})
         settings.replica_lag_bytes = None if row[1] is None else int(row[1])
         settings.row_range_blocks, settings.shared_sweep_blocks = int(row[2] or 0), int(row[3] or 0)
+        settings.transaction_seconds = float(row[4])
         return settings
+
+    @property
+    def transaction_target(self) -> float:
+        """How long one transaction of expiry aims to take, as the pass read it."""
+        assert self.transaction_seconds is not None, "settings not read with a pass (from_pass_row)"
+        return self.transaction_seconds
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> EngineSettings:

@@ -238,7 +238,7 @@ class Pace:
     def unit_started(self, big: bool = False) -> None:
         """A unit begins. ``big``: one of many transactions (a table swept range by range),
         paced from its first commit: a first WARMUP_SECONDS at full speed, in transactions
-        growing toward STATEMENT_SECONDS, was what other sessions felt most of a paced pass."""
+        growing toward ttl.transaction_seconds(), was what other sessions felt most of a paced pass."""
         if not self.enabled:
             return
         now = self._unit_started = self._working_since = time.time()

@@ -9,7 +9,7 @@ Phase 2 deletes one range per statement with the expiry predicate re-checked in
 that statement, so a row updated since phase 1 to a later expiry is kept. A
 ctid range is deleted by the statement of ``ttl.delete_rows_sql``
 (sql/52_delete_rows.sql), the one ``CALL ttl.run()`` executes too.
-Ranges are grouped into transactions of at most ``GROUP_SECONDS`` with one
+Ranges are grouped into transactions of at most ``ttl.transaction_seconds()`` with one
 update of the unit's counters and checkpoint each, committed together with the
 deletes: counts are exact and a killed run resumes after its last committed
 range. Deletes run under the short ``row_lock_timeout``: a group that meets an
@@ -63,7 +63,6 @@ UPDATE ttl.run_unit SET rows_deleted = rows_deleted + %(deleted)s, rows_selected
        checkpoint = %(checkpoint)s
  WHERE run_id = %(run_id)s AND unit_relid = %(unit)s
 """
-GROUP_SECONDS = 0.05
 # Follows a DELETE ... RETURNING 1 named d; values are literals (see the module docstring).
 ACCOUNT = sql.SQL("""
 UPDATE ttl.run_unit SET rows_deleted = rows_deleted + (SELECT count(*) FROM d),
@@ -148,7 +147,7 @@ def _delete_windows(ctx: UnitContext) -> str:
     by one statement that does both: a small table's whole run; counting a larger one's
     rows in that statement cost more than the round trips it saves, 3.9 vs 8 ms for 5,000
     rows). The first holds ``delete_batch_size`` rows; each next one as many as
-    ttl.window_rows says from what the last one took (toward sweeps.STATEMENT_SECONDS,
+    ttl.window_rows says from what the last one took (toward ttl.transaction_seconds(),
     the rule CALL ttl.run() follows too), computed in the statement that reads or guesses
     the window.
 
@@ -177,7 +176,7 @@ def _delete_windows(ctx: UnitContext) -> str:
                 if guess.end is not None:
                     first, end, rows = guess.first, guess.end, guess.rows
                     # four times what it should take at the last window's pace
-                    limit = 4 * max(size.seconds * guess.factor, sweeps.STATEMENT_SECONDS)
+                    limit = 4 * max(size.seconds * guess.factor, ctx.settings.transaction_target)
             if limit is None:
                 end, rows = ranges.window_end(ctx, start, size)
                 if end is not None and end == start.key and start.inclusive:
@@ -253,7 +252,7 @@ def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float) -> bool:
 
 def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
     """Phase 2 of one select batch: one DELETE statement per chunk, several chunks per
-    transaction up to GROUP_SECONDS (one accounting update and one commit per
+    transaction up to ttl.transaction_seconds() (one accounting update and one commit per
     transaction instead of per chunk: at 1000-row chunks they cost as much as the
     delete). A rate limit or the throttle slowing the pass makes every chunk its own
     transaction, so waits fall between transactions at chunk granularity."""
@@ -281,7 +280,7 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
                     ctx.deleted += n  # provisional (the ctid ranges size themselves by it)
                     current = None
                     if (ctx.stopping() or ctx.paced()
-                            or time.monotonic() - started >= GROUP_SECONDS):
+                            or time.monotonic() - started >= ctx.settings.transaction_target):
                         break
                     current = next(chunks, None)
                 _account_group(ctx, group)

@@ -11,7 +11,7 @@ two ranges swept in ctid order, row expiry (engine.py).
 
 The work gives the DELETE of a block range (its $1 and $2 the range's first and end
 tids) and its SKIP LOCKED form; each DELETE is one transaction with the range's and
-the unit's counters, sized from what the last ones took toward STATEMENT_SECONDS.
+the unit's counters, sized from what the last ones took toward ttl.transaction_seconds().
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ from pg_ttl.expire.context import UnitContext
 from pg_ttl.expire.ranges import UnitTimeout, delete_or_skip_locked, execute, set_lock_timeout, unit_size
 from pg_ttl.expire.results import error_text
 
-# How long one DELETE (one transaction, with its counters) should take: orphans cost an
-# index probe of each parent per row (~1 µs), so a statement is sized by time, not only
-# by the rows it deletes (sparse ones would make statements of millions of rows).
-STATEMENT_SECONDS = 0.05
 # A range that RANGE_ATTEMPTS runs could not do (failed, timed out, interrupted, or held
 # by a run that seems stuck) is given up for its sweep: the sweep ends without it, the
 # next one tries it again. One bad range never holds every later sweep back.
@@ -330,8 +326,10 @@ def _claim_and_sweep(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no:
 def _sweep_range(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no: int, block: int, end: int,
                  per_block: float) -> str:
     """Blocks [block, end) of the unit, one DELETE per transaction, each sized toward
-    STATEMENT_SECONDS (and ``max_rows`` deleted rows) from what the last ones took, in
-    this range or the run's earlier ones."""
+    ttl.transaction_seconds() (and ``max_rows`` deleted rows) from what the last ones
+    took, in this range or the run's earlier ones: by time, not only by the rows it
+    deletes (orphans cost an index probe of each parent per row, ~1 µs, and sparse ones
+    would make statements of millions of rows)."""
     if sweep.step is None:  # the run's first DELETE: as if every row went
         sweep.step = max(1, math.ceil((how.max_rows or ctx.policy.delete_batch_size) / per_block))
     step = sweep.step
@@ -350,7 +348,7 @@ def _sweep_range(ctx: UnitContext, how: RangeDelete, sweep: Sweep, range_no: int
             ctx.progress.batch_done(ctx.policy.name, ctx.unit.name, deleted, deleted)
             ctx.delete_limiter.add(deleted)
             blocks = hi - block
-            by_time = blocks * STATEMENT_SECONDS / took
+            by_time = blocks * ctx.settings.transaction_target / took
             # A rate limit or the throttle slowing the pass: waits come between transactions,
             # so each is kept to delete_batch_size rows (other sessions wait less on each).
             max_rows = how.max_rows or (ctx.policy.delete_batch_size if ctx.delete_limiter.paced else None)
