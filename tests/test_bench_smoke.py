@@ -188,6 +188,7 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert set(by_index) == {False, True} and all(r["expired"] == 200 for r in results)
         assert by_index[True]["pg_ttl_strategy"] == ["index"] and by_index[False]["pg_ttl_strategy"] == ["ctid"]
         assert set(by_index[True]["contenders"]) == {"pg_ttl", "CALL ttl.run()", "one DELETE",
+                                                     "pg_ttl, open session", "one DELETE, open session",
                                                      "pg_ttl, row_strategy index", "pg_ttl, row_strategy ctid"}
         assert all(c["seconds"] > 0 for r in results for c in r["contenders"].values())
     else:
