@@ -452,8 +452,9 @@ def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any],
     """The sampler opens its session in its own thread: the engine's transactions go on
     meanwhile, and the pace starts from the sampler's first sample once it is in. Here the
     sampler's connect waits for the engine to commit three more transactions: an engine that
-    waited for it would commit none. (Key windows: a table swept in shared block ranges takes
-    its first sample before its first transaction, by design.)"""
+    waited for it would commit none. It is opened at the unit's second commit, which projects
+    300,000 rows past 0.2 s. (Key windows: a table swept in shared block ranges takes its
+    first sample before its first transaction, by design.)"""
     from pg_ttl.expire import pace as pace_module
 
     _big_table(db, "t", rows=300_000)
@@ -495,8 +496,50 @@ def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any],
         assert sampler.samples > 0  # it did open, and sample
     assert res.status == "ok" and res.rows_deleted == 300_000
     assert [u.strategy for u in res.units] == ["index"]
-    # opened as the unit began (more than one window's rows), and the engine went on
-    assert len(seen) == 2 and seen[0] == 0 and seen[1] >= 3, seen
+    # opened at the second commit (the unit projected long), and the engine went on
+    assert len(seen) == 2 and seen[0] == 2 and seen[1] >= 5, seen
+
+
+def test_a_unit_of_a_few_short_windows_opens_no_sampler(db: psycopg.Connection[Any], dsn: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 expired rows in key windows of 1,000, 4,000 and 15,000 rows: more than one
+    window, done long before any pace could apply (0.1 s). The second commit projects the
+    rest at the pace of the second window, well under 0.2 s: no sampler session is opened."""
+    from pg_ttl.expire import pace as pace_module
+
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL)")
+    db.execute("CREATE INDEX ON t (created_at)")
+    db.execute("INSERT INTO t SELECT g, CASE WHEN g <= 20000 THEN now() - interval '3 days' + g * interval '1 s'"
+               " ELSE now() END FROM generate_series(1, 21000) g")
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'created_at')")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.execute("ANALYZE t")
+    db.commit()
+    opened: list[str] = []
+    real_connect = psycopg.connect
+
+    def recording_connect(*args: Any, **kwargs: Any) -> Any:
+        opened.append(str(kwargs.get("application_name")))
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(pace_module.psycopg, "connect", recording_connect)
+    sizes: list[int] = []
+
+    class Progress:
+        def unit_started(self, *args: Any) -> None:
+            pass
+
+        def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
+            sizes.append(deleted)
+
+        def unit_finished(self, *args: Any) -> None:
+            pass
+
+    with Engine(dsn) as engine:
+        [res] = engine.expire(["t"], progress=Progress())  # type: ignore[arg-type]
+        assert res.status == "ok" and res.rows_deleted == 20_000 and [u.strategy for u in res.units] == ["index"]
+        assert sizes == [1000, 4000, 15000]
+        assert "pg-ttl pace" not in opened and engine.pace.samples == 0
 
 
 def test_a_table_of_one_window_opens_no_sampler(db: psycopg.Connection[Any], dsn: str) -> None:

@@ -113,7 +113,7 @@ class RateLimiter:
     def add(self, rows: int) -> None:
         """``rows`` committed: rest as the throttle says, then as the rate limit says."""
         if self.pace is not None:
-            self.pace.between_transactions()
+            self.pace.between_transactions(rows)
         if self.rate <= 0 or rows <= 0:
             return
         self.count += rows

@@ -532,7 +532,7 @@ def _do_unit(ctx: UnitContext, res: UnitResult) -> bool:
         ctx.progress.unit_started(policy.name, unit.name, unit.action, estimate)
         pace = ctx.delete_limiter.pace
         if pace is not None and estimate is not None and estimate > policy.delete_batch_size:
-            pace.prepare()  # more than one window: its pace will likely be needed
+            pace.prepare(estimate)  # more than one window: its pace may be needed
         res.status = rows.delete_rows(ctx, res.strategy)
         if res.status == "ok" and policy.has_column_ttls:  # its expired column values, while still claimed
             ranges.set_lock_timeout(ctx, ctx.settings.lock_timeout)
