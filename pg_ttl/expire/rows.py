@@ -243,7 +243,7 @@ def _delete_guessed(ctx: UnitContext, chunk: Chunk, limit: float) -> bool:
             return False
         raise
     except (errors.LockNotAvailable, errors.SerializationFailure) as exc:
-        _delete_chunk(ctx, chunk, skip_locked=isinstance(exc, errors.LockNotAvailable))
+        _delete_chunk(ctx, chunk, met=exc)
         return True
     ctx.deleted += n
     _counted(ctx, chunk, n)
@@ -264,7 +264,7 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
             try:
                 n = _delete_last_range(ctx, current)
             except (errors.LockNotAvailable, errors.SerializationFailure) as exc:
-                _delete_chunk(ctx, current, skip_locked=isinstance(exc, errors.LockNotAvailable))
+                _delete_chunk(ctx, current, met=exc)
             else:
                 ctx.deleted += n
                 _counted(ctx, current, n)
@@ -293,7 +293,7 @@ def _delete_batch(ctx: UnitContext, chunks: Iterator[Chunk]) -> None:
             for chunk, _ in group:
                 _delete_chunk(ctx, chunk)
             if current is not None:
-                _delete_chunk(ctx, current, skip_locked=isinstance(exc, errors.LockNotAvailable))
+                _delete_chunk(ctx, current, met=exc)
             current = next(chunks, None)
             continue
         except BaseException:
@@ -392,9 +392,12 @@ def _blocks_accounted(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> int:
     return n
 
 
-def _delete_chunk(ctx: UnitContext, chunk: Chunk, skip_locked: bool = False) -> None:
-    """One range in its own transaction, counters included; ``skip_locked``: go straight
-    to the SKIP LOCKED form (this range already met an application's row lock)."""
+def _delete_chunk(ctx: UnitContext, chunk: Chunk, met: psycopg.Error | None = None) -> None:
+    """One range in its own transaction, counters included. ``met``: what this range met in
+    a transaction that was rolled back: an application's row lock (LockNotAvailable) sends
+    it straight to the SKIP LOCKED form; a row moved to another partition (40001) is
+    simply retried."""
+    skip_locked = isinstance(met, errors.LockNotAvailable)
     t, expired = ctx.unit.ident, ctx.pred.expired
     fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
         t=t, where=chunk.where, expired=expired)
