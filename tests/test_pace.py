@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from pg_ttl.expire import Engine
+from pg_ttl.expire.context import NullProgress
 from pg_ttl.expire.pace import DECREASE, INCREASE, MAX_REST, MIN_STATEMENTS, START_DUTY, Controller
 
 # -- the controller alone ---------------------------------------------------------------------
@@ -525,18 +526,12 @@ def test_a_unit_of_a_few_short_windows_opens_no_sampler(db: psycopg.Connection[A
     monkeypatch.setattr(pace_module.psycopg, "connect", recording_connect)
     sizes: list[int] = []
 
-    class Progress:
-        def unit_started(self, *args: Any) -> None:
-            pass
-
+    class Sizes(NullProgress):
         def batch_done(self, table: str, unit: str, selected: int, deleted: int) -> None:
             sizes.append(deleted)
 
-        def unit_finished(self, *args: Any) -> None:
-            pass
-
     with Engine(dsn) as engine:
-        [res] = engine.expire(["t"], progress=Progress())  # type: ignore[arg-type]
+        [res] = engine.expire(["t"], progress=Sizes())
         assert res.status == "ok" and res.rows_deleted == 20_000 and [u.strategy for u in res.units] == ["index"]
         assert sizes == [1000, 4000, 15000]
         assert "pg-ttl pace" not in opened and engine.pace.samples == 0
