@@ -448,20 +448,30 @@ def test_a_worker_back_from_idling_reads_the_sessions_before_a_big_table(db: psy
     assert all(slowed for _, slowed in listener.batches[1:]), listener.batches[:10]
 
 
+def _keyed_table(db: psycopg.Connection[Any], expired: int) -> None:
+    """Table t: ``expired`` rows 0.1 s apart (~150 bytes each), 1,000 live ones, deleted
+    in key windows."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL, pad text)")
+    db.execute("CREATE INDEX ON t (created_at)")
+    db.execute("INSERT INTO t SELECT g, CASE WHEN g <= %s THEN now() - interval '3 days' + g * interval '0.1 s'"
+               " ELSE now() END, rpad('x', 100, 'x') FROM generate_series(1, %s::int) g", (expired, expired + 1000))
+    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'created_at')")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.execute("ANALYZE t")
+    db.commit()
+
+
 def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any], dsn: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The sampler opens its session in its own thread: the engine's transactions go on
     meanwhile, and the pace starts from the sampler's first sample once it is in. Here the
     sampler's connect waits for the engine to commit three more transactions: an engine that
     waited for it would commit none. It is opened at the unit's second commit, which projects
-    300,000 rows past 0.2 s. (Key windows: a table swept in shared block ranges takes its
+    600,000 rows past 0.2 s. (Key windows: a table swept in shared block ranges takes its
     first sample before its first transaction, by design.)"""
     from pg_ttl.expire import pace as pace_module
 
-    _big_table(db, "t", rows=300_000)
-    db.execute("CREATE INDEX ON t (created_at)")
-    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
-    db.commit()
+    _keyed_table(db, 600_000)
     commits = [0]
     more = threading.Event()
     seen: list[int] = []
@@ -495,7 +505,7 @@ def test_the_engine_goes_on_while_its_sampler_opens(db: psycopg.Connection[Any],
         while sampler.samples == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sampler.samples > 0  # it did open, and sample
-    assert res.status == "ok" and res.rows_deleted == 300_000
+    assert res.status == "ok" and res.rows_deleted == 600_000
     assert [u.strategy for u in res.units] == ["index"]
     # opened at the second commit (the unit projected long), and the engine went on
     assert len(seen) == 2 and seen[0] == 2 and seen[1] >= 5, seen
@@ -505,17 +515,11 @@ def test_a_unit_of_a_few_short_windows_opens_no_sampler(db: psycopg.Connection[A
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """20,000 expired rows in key windows of 1,000, 4,000 and 15,000 rows: more than one
     window, done long before any pace could apply (0.1 s). The second commit projects the
-    rest at the pace of the second window, well under 0.2 s: no sampler session is opened."""
+    rest at the pace of the first two windows, well under 0.2 s: no sampler session is
+    opened."""
     from pg_ttl.expire import pace as pace_module
 
-    db.execute("CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL)")
-    db.execute("CREATE INDEX ON t (created_at)")
-    db.execute("INSERT INTO t SELECT g, CASE WHEN g <= 20000 THEN now() - interval '3 days' + g * interval '1 s'"
-               " ELSE now() END FROM generate_series(1, 21000) g")
-    db.execute("SELECT ttl.enable('t', expire_after => '1 day', column_name => 'created_at')")
-    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
-    db.execute("ANALYZE t")
-    db.commit()
+    _keyed_table(db, 20_000)
     opened: list[str] = []
     real_connect = psycopg.connect
 

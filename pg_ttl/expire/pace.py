@@ -58,9 +58,11 @@ SELECT pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()),
 
 SAMPLE_SECONDS = 0.02
 WARMUP_SECONDS = 0.1  # a unit paced (and sampled) once it has worked this long, unless big
-# A unit whose expired rows, at the pace of its latest transaction, will take this long
-# opens its sampler at once (prepare): its first sample is in as the pace begins.
+# A unit whose expired rows, at the pace of its first PROJECT_AFTER_ROWS or more, will take
+# this long opens its sampler then (prepare): its first sample is in as the pace begins.
+# (A first window of 1,000 rows is mostly fixed cost: its pace alone would say "long".)
 PROJECTED_SECONDS = 2 * WARMUP_SECONDS
+PROJECT_AFTER_ROWS = 4000
 FRESH_SAMPLE_SECONDS = 0.2  # a big unit waits this long at most for a sample of the sessions now
 BUSY_SECONDS = 0.1
 RETRY_SECONDS = 10.0  # a sampler that failed is opened again after this long
@@ -212,8 +214,8 @@ class Pace:
         self._working_since: float | None = None
         self._unit_started = 0.0
         self._expected: int | None = None  # rows the unit is expected to delete (prepare), until judged
+        self._prepared_at = 0.0
         self._done = 0  # rows committed since prepare
-        self._commits = 0  # transactions committed since prepare
         self._busy_sessions = 0  # other sessions with a statement in the last BUSY_SECONDS, last sample
         self._hidden = 0
         self._replica_lag: int | None = None
@@ -267,24 +269,22 @@ class Pace:
             self._active.set()
 
     def prepare(self, expected_rows: int) -> None:
-        """A unit expected to delete ``expected_rows`` begins its transactions. When its
-        second commit projects it past PROJECTED_SECONDS (its rows left at the pace of its
-        latest transaction: the first one's small window is mostly fixed cost), the sampler
-        opens, in its own thread, so that its first sample is in when the pace begins at
+        """A unit expected to delete ``expected_rows`` begins its transactions. Once it has
+        committed PROJECT_AFTER_ROWS rows (key windows: at its second commit), its rows left
+        at the pace so far are projected; past PROJECTED_SECONDS, the sampler opens then, in
+        its own thread, so that its first sample is in when the pace begins at
         WARMUP_SECONDS, and the engine does not wait for it. A unit done before that opens
         no session (20% of a 10,000-row unit's time, measured)."""
         if self.enabled and not self._sampling():
-            self._expected, self._done, self._commits = expected_rows, 0, 0
+            self._expected, self._prepared_at, self._done = expected_rows, time.time(), 0
 
-    def _project(self, now: float, worked: float, rows: int) -> None:
-        """After a commit of ``rows`` in ``worked`` seconds: open the sampler if the unit
-        looks long (prepare)."""
+    def _project(self, now: float, rows: int) -> None:
+        """After ``rows`` committed: open the sampler if the unit looks long (prepare)."""
         assert self._expected is not None
         self._done += rows
-        self._commits += 1
-        if self._commits < 2 or rows <= 0:
+        if self._done < PROJECT_AFTER_ROWS:
             return
-        left = max(0, self._expected - self._done) * worked / rows
+        left = max(0, self._expected - self._done) * (now - self._prepared_at) / self._done
         if now - self._unit_started + left >= PROJECTED_SECONDS:
             self._begin_sampling(now, wait=False)
         self._expected = None
@@ -312,7 +312,7 @@ class Pace:
         worked = now - self._working_since
         self._add_work(self._working_since, now)
         if self._expected is not None and not self._sampling():
-            self._project(now, worked, rows)
+            self._project(now, rows)
         if now - self._unit_started < WARMUP_SECONDS:
             # A unit done within WARMUP_SECONDS is not paced: small tables cost no sampling, no rest.
             self._working_since = now
