@@ -62,7 +62,7 @@ BEGIN
 END
 $fn$;
 
--- attnum of a live column, or a clear error.
+-- attnum of a live column, or a clear error (naming the option it was given for, if any).
 CREATE OR REPLACE FUNCTION ttl._attnum(tbl regclass, column_name text, option text) RETURNS smallint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -73,7 +73,8 @@ BEGIN
     SELECT attnum INTO n FROM pg_attribute
      WHERE attrelid = tbl AND attname = column_name AND attnum > 0 AND NOT attisdropped;
     IF n IS NULL THEN
-        RAISE EXCEPTION 'column "%" of table % does not exist (%)', column_name, tbl, ttl._option_label(option)
+        RAISE EXCEPTION 'column "%" of table % does not exist%', column_name, tbl,
+                        coalesce(' (' || ttl._option_label(option) || ')', '')
             USING ERRCODE = 'undefined_column';
     END IF;
     RETURN n;

@@ -334,10 +334,7 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = format('Use ALTER TABLE %s ALTER COLUMN %I TYPE ... directly.', tbl, col);
     END IF;
-    SELECT attnum INTO n FROM pg_attribute WHERE attrelid = tbl AND attname = col AND attnum > 0 AND NOT attisdropped;
-    IF n IS NULL THEN
-        RAISE EXCEPTION 'column "%" of table % does not exist', col, tbl USING ERRCODE = 'undefined_column';
-    END IF;
+    n := ttl._attnum(tbl, col, NULL);
     IF n NOT IN (SELECT ttl._value_columns(p)) THEN
         RAISE EXCEPTION 'column "%" of table % is not a value column (it is in the primary key, or pg_ttl''s own)', col, tbl
             USING ERRCODE = 'feature_not_supported';
