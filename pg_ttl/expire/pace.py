@@ -304,7 +304,7 @@ class Pace:
         if self._working_since is not None:
             self._working_since = time.time()
 
-    def between_transactions(self, rows: int = 0) -> None:
+    def between_transactions(self, rows: int) -> None:
         """After a commit (of ``rows``): decide now and then, and rest as the pace says."""
         if not self.enabled or self._working_since is None:
             return
@@ -343,8 +343,8 @@ class Pace:
         when it cannot sample (a sampler that failed is opened again, not at once).
         ``wait`` False: the engine goes on meanwhile (opening a session and a first read of
         pg_stat_activity took 17 ms of a 0.25 s pass), and between_transactions starts the
-        pace from the first sample once it is in (``prepare`` opens it at the unit's start,
-        so that it is in by then)."""
+        pace from the first sample once it is in (a unit ``prepare`` projects long opens it
+        early, so that it is in by then)."""
         if self._error is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
             return False
         self._start_sampler()
