@@ -3,8 +3,10 @@
 
 -- What the statements that delete a unit's rows share: the unit's name, the policy's
 -- expiry at `cutoff` (never later than now(): rows would go early) and its bound
--- (column policies: `col <= threshold`, ttl.expired_sql).
+-- (column policies: `col <= threshold`, ttl.expired_sql; `hide_constants` as its).
+DROP FUNCTION IF EXISTS ttl._unit_expiry_sql(regclass, regclass, timestamptz);
 CREATE OR REPLACE FUNCTION ttl._unit_expiry_sql(tbl regclass, part regclass, cutoff timestamptz,
+                                                hide_constants boolean DEFAULT false,
                                                 OUT target text, OUT expired text, OUT bound text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -14,7 +16,7 @@ BEGIN
         RAISE EXCEPTION 'cutoff % is later than now(): rows would expire early', cutoff
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT e.expired, e.bound INTO expired, bound FROM ttl.expired_sql(tbl, cutoff) e;
+    SELECT e.expired, e.bound INTO expired, bound FROM ttl.expired_sql(tbl, cutoff, hide_constants) e;
     IF expired IS NULL THEN
         RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
     END IF;
@@ -184,7 +186,10 @@ $fn$;
 --   delete_window_skip: the same, leaving rows an application holds locked (FOR
 --                       UPDATE SKIP LOCKED), as ttl.delete_rows_sql's skip_locked form.
 -- A NULL bound folds away when the statement is planned with its values (EXECUTE
--- ... USING plans each execution), leaving one index range. Callers run them as
+-- ... USING plans each execution), leaving one index range. The constants are hidden
+-- from the planner's estimates (ttl._constant_sql): the cutoff, and a window's keys
+-- once it has a first key; the first window's end, its only bound, shows, so that its
+-- estimate still chooses between the index and a sequential scan. Callers run them as
 -- the table's owner, names resolving in ttl._table_search_path.
 CREATE OR REPLACE FUNCTION ttl.window_sql(tbl regclass, part regclass, cutoff timestamptz,
                                           OUT window_end text, OUT delete_window text, OUT delete_window_skip text)
@@ -197,7 +202,7 @@ DECLARE
     typ text;
     keys text;
 BEGIN
-    SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff);
+    SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff, true);
     SELECT ttl._attname(p.relid, p.ttl_attnum), format_type(p.ttl_atttypid, NULL)
       INTO col, typ FROM ttl.policy p WHERE p.relid = tbl;
     IF u.bound IS NULL OR col IS NULL THEN
@@ -208,10 +213,13 @@ BEGIN
     -- (the cast of the end key to text above the OFFSET, which would otherwise cast every
     -- row it skips; named apart: ORDER BY a name an output column has sorts by that column)
     window_end := format('SELECT CAST(s.window_end AS text) FROM (SELECT %1$s AS window_end FROM ONLY %2$s'
-                         ' WHERE %3$s AND ($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) CAST($1::text AS %4$s))'
+                         ' WHERE %3$s AND ($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %4$s)))'
                          ' ORDER BY %1$s OFFSET $2 LIMIT 1) s', col, u.target, u.bound, typ);
-    keys := format('($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) CAST($1::text AS %2$s))'
-                   ' AND ($2::text IS NULL OR %1$s OPERATOR(pg_catalog.<) CAST($2::text AS %2$s))', col, typ);
+    keys := format('($1::text IS NULL OR %1$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %2$s)))'
+                   ' AND ($2::text IS NULL'
+                   '      OR ($1::text IS NULL AND %1$s OPERATOR(pg_catalog.<) CAST($2::text AS %2$s))'
+                   '      OR ($1::text IS NOT NULL AND %1$s OPERATOR(pg_catalog.<) (SELECT CAST($2::text AS %2$s))))',
+                   col, typ);
     delete_window := ttl._delete_sql(u.target, keys, u.expired, false);
     delete_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
 END

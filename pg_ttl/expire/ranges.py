@@ -43,15 +43,17 @@ class UnitTimeout(Exception):
 
 @dataclass
 class Chunk:
-    """One phase-2 range: ``where`` bounds it (values as literals), ``checkpoint`` is
+    """One phase-2 range: ``where`` bounds it (its values in the SQL), ``checkpoint`` is
     where to resume after it; ``selected`` < 0: as many as deleted; ``blocks``: the
     block range [from, to) of a ctid range (row expiry deletes it by the statement of
-    ttl.delete_rows_sql)."""
+    ttl.delete_rows_sql); ``expired``: the expiry its DELETE re-checks when not the run's
+    (a key window's: Predicate.window_expired)."""
 
     where: sql.Composable
     selected: int
     checkpoint: dict[str, Any]
     blocks: tuple[int, int] | None = None
+    expired: sql.Composable | None = None
 
 
 
@@ -165,11 +167,18 @@ def window_start(ctx: UnitContext) -> tuple[WindowStart, tuple[str, str | None] 
     return WindowStart(None if key is None else str(key)), None
 
 
+def _hidden(ctx: UnitContext, key: str) -> sql.Composable:
+    """A key hidden from the planner's estimates, as the windows' expiry hides its constants
+    (ttl._constant_sql): no estimate walks the entries the last windows left dead at the
+    index's low end."""
+    return sql.SQL("(SELECT {})").format(ctx.pred.cast(sql.Literal(key)))
+
+
 def _window_lower(ctx: UnitContext, start: WindowStart) -> sql.Composable:
     if start.key is None:
         return sql.SQL("")
     return sql.SQL(" AND {} {} {}").format(ctx.pred.column, _op(">=" if start.inclusive else ">"),
-                                           ctx.pred.cast(sql.Literal(start.key)))
+                                           _hidden(ctx, start.key))
 
 
 @dataclass
@@ -195,8 +204,8 @@ def window_end(ctx: UnitContext, start: WindowStart, size: WindowSize) -> tuple[
     that many rows, exclusive; None: fewer rows left) and those rows. Read under the
     session's lock_timeout; meeting a lock on the table (DDL), read again under
     lock_timeout."""
-    assert ctx.pred.column is not None and ctx.pred.bound is not None
-    query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
+    assert ctx.pred.column is not None and ctx.pred.window_bound is not None
+    query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.window_bound,
                                        lower=_window_lower(ctx, start), rows=size.sql(ctx))
     row = _read_key(ctx, query)
     assert row is not None
@@ -243,8 +252,8 @@ def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str, si
     """A window from the first expired key from ``start`` on, spanning as many times the keys
     [first, last) of the last window as its rows (``size``) are times the rows that one
     deleted. Read as window_end is."""
-    assert ctx.pred.column is not None and ctx.pred.bound is not None and size.deleted
-    query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.bound,
+    assert ctx.pred.column is not None and ctx.pred.window_bound is not None and size.deleted
+    query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.window_bound,
                                          lower=_window_lower(ctx, start), first=ctx.pred.cast(sql.Literal(first)),
                                          last=ctx.pred.cast(sql.Literal(last)), rows=size.sql(ctx),
                                          deleted=sql.Literal(size.deleted), most=sql.Literal(GUESS_GROWTH_MAX))
@@ -255,11 +264,15 @@ def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str, si
 
 def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
     """The rows of the key window [start, end) (no end: every key from start on), to be
-    deleted with the expiry re-checked. Its checkpoint: every row below ``end`` went."""
+    deleted with the expiry re-checked. Its checkpoint: every row below ``end`` went.
+    Its constants are hidden from the planner's estimates but for the end of a window
+    without a first key (a unit's first), its only bound: its estimate still chooses
+    between the index and a sequential scan."""
     where = sql.SQL("true{}").format(_window_lower(ctx, start))
     if end is not None:
-        where = sql.SQL("{} AND {} {} {}").format(where, ctx.pred.column, _op("<"), ctx.pred.cast(sql.Literal(end)))
-    return Chunk(where, -1, {"strategy": "index", "from": end})
+        upper = ctx.pred.cast(sql.Literal(end)) if start.key is None else _hidden(ctx, end)
+        where = sql.SQL("{} AND {} {} {}").format(where, ctx.pred.column, _op("<"), upper)
+    return Chunk(where, -1, {"strategy": "index", "from": end}, expired=ctx.pred.window_expired)
 
 
 # The smallest ({agg} min) or the largest ({agg} max) ctid of one key: a btree built by

@@ -320,8 +320,13 @@ def _delete_plain(ctx: UnitContext, chunk: Chunk) -> int:
     if chunk.blocks is not None and ctx.pred.row_expiry:
         return _delete_blocks(ctx, chunk.blocks, reraise_lock=True)
     stmt = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired}").format(
-        t=ctx.unit.ident, where=chunk.where, expired=ctx.pred.expired)
+        t=ctx.unit.ident, where=chunk.where, expired=_expired(ctx, chunk))
     return execute(ctx, stmt, reraise_lock=True).rowcount
+
+
+def _expired(ctx: UnitContext, chunk: Chunk) -> sql.Composable:
+    """The expiry a chunk's DELETE re-checks: its own (a key window's, constants hidden) or the run's."""
+    return ctx.pred.expired if chunk.expired is None else chunk.expired
 
 
 def _last_range(ctx: UnitContext, chunk: Chunk) -> bool:
@@ -398,7 +403,7 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, met: psycopg.Error | None = No
     it straight to the SKIP LOCKED form; a row moved to another partition (40001) is
     simply retried."""
     skip_locked = isinstance(met, errors.LockNotAvailable)
-    t, expired = ctx.unit.ident, ctx.pred.expired
+    t, expired = ctx.unit.ident, _expired(ctx, chunk)
     fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
         t=t, where=chunk.where, expired=expired)
     # An application holds a row (or the table) locked: this form does not wait on row

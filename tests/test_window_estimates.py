@@ -1,0 +1,184 @@
+"""Key windows and the planner's estimates (ranges.py, ttl.window_sql, ttl._constant_sql).
+
+To estimate a comparison of an indexed column with a constant below its second histogram
+bound, PostgreSQL reads the index's lowest live entry: past the entries of rows deleted
+since, each a heap fetch, for every statement it plans (the planner does not mark them
+dead; an index scan from the low end, or VACUUM, does). Key windows delete exactly
+there, window after window, so each window's statements would walk the entries of all
+the windows before. They hide their constants from those estimates. These tests hold
+them to it, as the pages each statement's planning reads (EXPLAIN (BUFFERS)), and to
+still being index scans."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pg_ttl.expire import ranges, rows
+from pg_ttl.expire.engine import Engine
+from tests.conftest import dsn_of
+
+ROWS = 200_000
+EXPIRED = 30_000  # the oldest keys: all in the first of four histogram bins
+WINDOW = 2_000  # rows a window (delete_batch_size; a rate limit keeps every window at it)
+
+
+def _table(db: psycopg.Connection[Any], name: str, correlated: bool = True) -> None:
+    """ROWS rows a minute apart (keys in insertion order, or not), the oldest EXPIRED
+    expired; a histogram of four bins on the TTL column; key windows of WINDOW rows."""
+    t = sql.Identifier(name)
+    db.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)"
+                       " WITH (autovacuum_enabled = off)").format(t))
+    order = sql.SQL("g" if correlated else "md5(g::text)")
+    db.execute(sql.SQL("INSERT INTO {} SELECT g, timestamptz '2020-01-01' + g * interval '1 min', repeat('x', 40)"
+                       " FROM generate_series(1, %s::int) g ORDER BY {}").format(t, order), (ROWS,))
+    db.execute(sql.SQL("CREATE INDEX ON {} (v)").format(t))
+    db.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STATISTICS 4").format(t))
+    db.execute(sql.SQL("ANALYZE {}").format(t))
+    [age] = db.execute("SELECT now() - (timestamptz '2020-01-01' + %s * interval '1 min')",
+                       (EXPIRED + 0.5,)).fetchone()
+    db.execute("SELECT ttl.enable(%s, expire_after => %s, column_name => 'v', delete_batch_size => %s,"
+               " delete_rate_limit => 100000000)", (name, age, WINDOW))
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+
+
+def _nodes(node: dict[str, Any]) -> list[str]:
+    return [node["Node Type"]] + [n for child in node.get("Plans", []) for n in _nodes(child)]
+
+
+def _planned(conn: psycopg.Connection[Any], statement: sql.Composable | str,
+             params: tuple[Any, ...] | None = None) -> tuple[int, list[str]]:
+    """The pages planning ``statement`` reads, and its plan's nodes (it is not run)."""
+    query = sql.SQL("EXPLAIN (BUFFERS, FORMAT JSON) {}").format(
+        statement if isinstance(statement, sql.Composable) else sql.SQL(statement))
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    [plan] = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    planning = plan.get("Planning", {})
+    pages = int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0))
+    return pages, _nodes(plan["Plan"])
+
+
+def _delete_a_window(db: psycopg.Connection[Any], table: str) -> None:
+    """The next WINDOW rows deleted, as a window would."""
+    t = sql.Identifier(table)
+    [low] = db.execute(sql.SQL("SELECT min(v) FROM {}").format(t)).fetchone()
+    db.execute(sql.SQL("DELETE FROM {} WHERE v < %s + %s * interval '1 min'").format(t), (low, WINDOW))
+    db.commit()
+
+
+def _one_walk(db: psycopg.Connection[Any], table: str) -> int:
+    """What planning a statement with a constant of the first bin shown reads once the
+    next WINDOW rows are deleted: what a window's statement would read to plan past
+    the window before it."""
+    _delete_a_window(db, table)
+    pages, _ = _planned(db, sql.SQL("SELECT 1 FROM {} WHERE v < timestamptz '2020-01-02'").format(
+        sql.Identifier(table)))
+    db.rollback()
+    return pages
+
+
+def _explained(monkeypatch: pytest.MonkeyPatch, table: str) -> list[tuple[str, int, list[str]]]:
+    """Each statement the engine runs on ``table``, with the pages its planning reads and
+    its plan's nodes, EXPLAINed on the engine's connection just before it runs."""
+    seen: list[tuple[str, int, list[str]]] = []
+    original = ranges.execute
+    name = sql.Identifier(table).as_string(None)
+
+    def explaining(ctx: Any, query: Any, reraise_lock: bool = False, raw_params: Any = None) -> Any:
+        text = query if isinstance(query, str) else query.as_string(ctx.conn)
+        if raw_params is None and f"public.{name}" in text.replace('"public"', "public"):
+            seen.append((text, *_planned(ctx.conn, query)))
+        return original(ctx, query, reraise_lock, raw_params)
+
+    monkeypatch.setattr(ranges, "execute", explaining)
+    monkeypatch.setattr(rows, "execute", explaining)
+    return seen
+
+
+def _left(db: psycopg.Connection[Any], table: str) -> tuple[int, int]:
+    row = db.execute(sql.SQL("SELECT count(*) FILTER (WHERE id <= %s), count(*) FROM {}").format(
+        sql.Identifier(table)), (EXPIRED,)).fetchone()
+    db.commit()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.parametrize("correlated", [True, False])
+def test_window_statements_plan_without_walking_the_last_windows_entries(
+        db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, correlated: bool) -> None:
+    """Fifteen windows, each read then deleted: no statement's planning walks the entries
+    the windows before it left, and a window with a first key is still an index scan,
+    its keys in insertion order or not."""
+    for name in ("warm", "w"):
+        _table(db, name, correlated)
+    with Engine(dsn_of(db)) as engine:
+        [res] = engine.expire(["warm"])  # the session's catalogs cached: planning reads only the table
+        assert res.status == "ok" and res.rows_deleted == EXPIRED
+        seen = _explained(monkeypatch, "w")
+        [res] = engine.expire(["w"])
+    assert res.status == "ok" and res.rows_deleted == EXPIRED
+    assert _left(db, "w") == (0, ROWS - EXPIRED)
+    walk = _one_walk(db, "w")
+    assert walk >= 10  # the measure can fail: a window's entries cost that many pages to plan past
+    windows = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" in text]
+    reads = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" not in text]
+    assert len(windows) >= EXPIRED // WINDOW and len(reads) >= EXPIRED // WINDOW
+    assert [pages for _, pages, _ in windows + reads if pages >= walk / 2] == [], (walk, windows, reads)
+    # (the first window, bounded by its end alone, shows it: the planner's choice to make)
+    assert [nodes for _, _, nodes in windows[1:] + reads if "Seq Scan" in nodes] == []
+
+
+def test_call_run_window_statements_plan_without_walking_the_last_windows_entries(
+        db: psycopg.Connection[Any]) -> None:
+    """CALL ttl.run()'s statements (ttl.window_sql), planned as its EXECUTE ... USING plans
+    them (with their values), right after a window's rows went: a window with a first key
+    walks none of them and is an index scan; the first window's end shows."""
+    _table(db, "w", correlated=False)
+    end_sql, delete_sql = db.execute(
+        "SELECT x.window_end, x.delete_window FROM ttl.window_sql('w'::regclass, 'w'::regclass, now()) x").fetchone()
+    db.commit()
+
+    def planned(statement: str, first: str | None, then: str | int) -> tuple[int, list[str]]:
+        """Planned as the procedure plans it: PL/pgSQL's EXECUTE ... USING its values."""
+        cast = "bigint" if isinstance(then, int) else "text"
+        row = db.execute(sql.SQL("SELECT pg_temp.explain(%s, %s, %s::{})").format(sql.SQL(cast)),
+                         (statement, first, then)).fetchone()
+        assert row is not None
+        [plan] = row[0]
+        planning = plan.get("Planning", {})
+        return (int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0)),
+                _nodes(plan["Plan"]))
+
+    for then in ("text", "bigint"):
+        db.execute(sql.SQL("""CREATE FUNCTION pg_temp.explain(statement text, first text, next {}) RETURNS json
+                              LANGUAGE plpgsql AS $$
+                              DECLARE plan json;
+                              BEGIN
+                                  EXECUTE 'EXPLAIN (BUFFERS, FORMAT JSON) ' || statement INTO plan USING first, next;
+                                  RETURN plan;
+                              END $$""").format(sql.SQL(then)))
+    db.commit()
+    _delete_a_window(db, "w")
+    # the first key left and one WINDOW rows on (computed: a scan of the index from its
+    # low end would mark the deleted rows' entries dead, and the planner would skip them)
+    first = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=WINDOW + 1)
+    end = first + timedelta(minutes=WINDOW)
+    within = [planned(end_sql, first.isoformat(), WINDOW), planned(delete_sql, first.isoformat(), end.isoformat())]
+    opening = planned(delete_sql, None, end.isoformat())
+    # the same entries, planned past with a constant shown (the measure can fail)
+    walk, _ = _planned(db, "SELECT 1 FROM w WHERE v < timestamptz '2020-01-02'")
+    db.rollback()
+    assert walk >= 10
+    assert [pages for pages, _ in within if pages >= walk / 2] == [], (walk, within)
+    assert [nodes for _, nodes in within if "Seq Scan" in nodes] == []
+    assert opening[0] > 0  # (its end shows: the planner reads the index for it)
+    with psycopg.connect(dsn_of(db), autocommit=True) as conn:
+        conn.execute("CALL ttl.run()")
+    assert _left(db, "w") == (0, ROWS - EXPIRED)
