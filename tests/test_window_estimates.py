@@ -11,6 +11,7 @@ still being index scans."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from psycopg import sql
 
 from pg_ttl.expire import ranges, rows
 from pg_ttl.expire.engine import Engine
+from pg_ttl.expire.predicate import build_predicate, load_policies, window_forms
 from tests.conftest import dsn_of
 
 ROWS = 200_000
@@ -182,3 +184,20 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
     with psycopg.connect(dsn_of(db), autocommit=True) as conn:
         conn.execute("CALL ttl.run()")
     assert _left(db, "w") == (0, ROWS - EXPIRED)
+
+
+def test_window_forms_are_read_once_and_fall_back_when_the_policy_went(db: psycopg.Connection[Any]) -> None:
+    """The hidden forms come from the database once a run (its own SQL, its constants in
+    subqueries); a policy removed meanwhile leaves the run's own forms, not an error."""
+    _table(db, "w")
+    [policy] = load_policies(db)
+    [cutoff] = db.execute("SELECT now()").fetchone()
+    pred = build_predicate(db, policy, cutoff)
+    expired, bound = window_forms(db, policy.relid, pred)
+    assert bound is not None and "(SELECT " in bound.as_string(db) and "(SELECT " in expired.as_string(db)
+    assert "(SELECT " not in pred.expired.as_string(db)
+    db.execute("SELECT ttl.disable('w')")
+    assert window_forms(db, policy.relid, pred) == (expired, bound)  # read once: kept
+    gone = dataclasses.replace(pred, hidden=None)
+    assert window_forms(db, policy.relid, gone) == (pred.expired, pred.bound)
+    db.rollback()

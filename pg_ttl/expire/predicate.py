@@ -126,9 +126,8 @@ class Predicate:
     # child finished in this round counts only if it began after this run did.
     follows_parents: bool = False
     # ``expired`` and ``bound`` with their constants hidden from the planner's estimates
-    # (ttl._constant_sql): what key windows delete and read by (column policies)
-    window_expired: sql.Composable | None = None
-    window_bound: sql.Composable | None = None
+    # (ttl._constant_sql), read when a run's key windows first need them (window_forms)
+    hidden: tuple[sql.Composable, sql.Composable | None] | None = None
 
     def cast(self, text_value: sql.Composable) -> sql.Composable:
         """A text value cast to the TTL column's type."""
@@ -138,22 +137,19 @@ class Predicate:
         return sql.SQL("CAST({} AS {})").format(text_value, self.coltype)
 
 
-# The policy's expiry SQL at the run's cutoff (ttl.expired_sql), the table's search_path,
-# the min(<expiry of the TTL column>) term (column policies) and the expiry SQL for key
-# windows (its constants hidden). The column's min() is a parameter value: a '%' in its
-# name is no placeholder.
+# The policy's expiry SQL at the run's cutoff (ttl.expired_sql), the table's search_path
+# and the min(<expiry of the TTL column>) term (column policies). The column's min() is a
+# parameter value: a '%' in its name is no placeholder.
 PREDICATE = """
 SELECT e.expired, e.bound, ttl._table_search_path(%(relid)s) AS search_path,
        CASE WHEN %(term)s::text IS NOT NULL
-            THEN ttl._expiry_sql(%(typ)s::oid::regtype, %(unit)s, %(after)s::interval, %(term)s) END AS min_expiry,
-       w.expired AS window_expired, w.bound AS window_bound
-  FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e, ttl.expired_sql(%(relid)s, %(cutoff)s, true) w
- WHERE e.expired IS NOT NULL
+            THEN ttl._expiry_sql(%(typ)s::oid::regtype, %(unit)s, %(after)s::interval, %(term)s) END AS min_expiry
+  FROM ttl.expired_sql(%(relid)s, %(cutoff)s) e WHERE e.expired IS NOT NULL
 """
 # A run's row in ttl.run and its predicate, in one statement; the session's search_path
 # set to the table's by it too (the run's statements that follow use it).
 START_RUN = """
-SELECT e.expired, e.bound, e.search_path, e.min_expiry, e.window_expired, e.window_bound,
+SELECT e.expired, e.bound, e.search_path, e.min_expiry,
        ttl._start_run(%(relid)s, %(table)s, %(worker)s, %(cutoff)s),
        pg_catalog.set_config('search_path', e.search_path, false)
   FROM (""" + PREDICATE + """) e
@@ -175,8 +171,7 @@ def _predicate(policy: EnginePolicy, cutoff: datetime, row: Sequence[Any] | None
     assert policy.column is not None and policy.typname is not None
     return Predicate(cutoff, expired, bound, sql.Identifier(policy.column),
                      sql.Identifier("pg_catalog", policy.typname), search_path,
-                     min_expiry=sql.SQL(row[3]), window_expired=sql.SQL(row[4]),
-                     window_bound=sql.SQL(row[5]) if row[5] else None)
+                     min_expiry=sql.SQL(row[3]))
 
 
 def build_predicate(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datetime) -> Predicate:
@@ -191,4 +186,23 @@ def start_run(conn: psycopg.Connection[Any], policy: EnginePolicy, cutoff: datet
     (history.start_run records runs of other work.)"""
     row = conn.execute(START_RUN, {**_params(conn, policy, cutoff), "table": policy.name,
                                    "worker": worker}).fetchone()
-    return _predicate(policy, cutoff, row), int(row[6]) if row else 0
+    return _predicate(policy, cutoff, row), int(row[4]) if row else 0
+
+
+WINDOW_FORMS = "SELECT w.expired, w.bound FROM ttl.expired_sql(%s, %s, true) w"
+
+
+def window_forms(conn: psycopg.Connection[Any], policy_relid: int,
+                 pred: Predicate) -> tuple[sql.Composable, sql.Composable | None]:
+    """``expired`` and ``bound`` as key windows past a unit's first one delete and read by:
+    their constants hidden from the planner's estimates (ttl.expired_sql's
+    hide_constants; the windows before left dead index entries that an estimate would
+    walk). Read once a run, when first needed: a table deleted in one window never
+    needs them. The run's own forms if the policy went meanwhile."""
+    if pred.hidden is None:
+        row = conn.execute(WINDOW_FORMS, (policy_relid, pred.cutoff)).fetchone()
+        if row is None or row[0] is None:
+            pred.hidden = (pred.expired, pred.bound)
+        else:
+            pred.hidden = (sql.SQL(row[0]), sql.SQL(row[1]) if row[1] is not None else None)
+    return pred.hidden

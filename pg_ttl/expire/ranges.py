@@ -28,6 +28,7 @@ import psycopg
 from psycopg import errors, sql
 
 from pg_ttl.expire.context import UnitContext
+from pg_ttl.expire.predicate import window_forms
 
 # The size of a unit in blocks, and its rows and pages as of the last ANALYZE.
 SIZE = """
@@ -47,7 +48,7 @@ class Chunk:
     where to resume after it; ``selected`` < 0: as many as deleted; ``blocks``: the
     block range [from, to) of a ctid range (row expiry deletes it by the statement of
     ttl.delete_rows_sql); ``expired``: the expiry its DELETE re-checks when not the run's
-    (a key window's: Predicate.window_expired)."""
+    (a key window's: ranges.window)."""
 
     where: sql.Composable
     selected: int
@@ -174,6 +175,15 @@ def _hidden(ctx: UnitContext, key: str) -> sql.Composable:
     return sql.SQL("(SELECT {})").format(ctx.pred.cast(sql.Literal(key)))
 
 
+def _window_expiry(ctx: UnitContext, start: WindowStart) -> tuple[sql.Composable, sql.Composable | None]:
+    """The expiry (``expired``, ``bound``) a window deletes and reads by: a unit's first
+    window the run's (no window of the pass before it left dead entries), the next ones
+    with their constants hidden from the planner's estimates too (predicate.window_forms)."""
+    if start.key is None:
+        return ctx.pred.expired, ctx.pred.bound
+    return window_forms(ctx.conn, ctx.policy.relid, ctx.pred)
+
+
 def _window_lower(ctx: UnitContext, start: WindowStart) -> sql.Composable:
     if start.key is None:
         return sql.SQL("")
@@ -204,8 +214,9 @@ def window_end(ctx: UnitContext, start: WindowStart, size: WindowSize) -> tuple[
     that many rows, exclusive; None: fewer rows left) and those rows. Read under the
     session's lock_timeout; meeting a lock on the table (DDL), read again under
     lock_timeout."""
-    assert ctx.pred.column is not None and ctx.pred.window_bound is not None
-    query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.window_bound,
+    _, bound = _window_expiry(ctx, start)
+    assert ctx.pred.column is not None and bound is not None
+    query = sql.SQL(WINDOW_END).format(col=ctx.pred.column, t=ctx.unit.ident, bound=bound,
                                        lower=_window_lower(ctx, start), rows=size.sql(ctx))
     row = _read_key(ctx, query)
     assert row is not None
@@ -252,8 +263,9 @@ def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str, si
     """A window from the first expired key from ``start`` on, spanning as many times the keys
     [first, last) of the last window as its rows (``size``) are times the rows that one
     deleted. Read as window_end is."""
-    assert ctx.pred.column is not None and ctx.pred.window_bound is not None and size.deleted
-    query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=ctx.pred.window_bound,
+    _, bound = _window_expiry(ctx, start)
+    assert ctx.pred.column is not None and bound is not None and size.deleted
+    query = sql.SQL(WINDOW_GUESS).format(col=ctx.pred.column, t=ctx.unit.ident, bound=bound,
                                          lower=_window_lower(ctx, start), first=ctx.pred.cast(sql.Literal(first)),
                                          last=ctx.pred.cast(sql.Literal(last)), rows=size.sql(ctx),
                                          deleted=sql.Literal(size.deleted), most=sql.Literal(GUESS_GROWTH_MAX))
@@ -265,14 +277,14 @@ def window_guess(ctx: UnitContext, start: WindowStart, first: str, last: str, si
 def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
     """The rows of the key window [start, end) (no end: every key from start on), to be
     deleted with the expiry re-checked. Its checkpoint: every row below ``end`` went.
-    Its constants are hidden from the planner's estimates but for the end of a window
-    without a first key (a unit's first), its only bound: its estimate still chooses
-    between the index and a sequential scan."""
+    Its constants are hidden from the planner's estimates, but a unit's first window's
+    (no first key): its end is its only bound, and its estimate still chooses between
+    the index and a sequential scan."""
     where = sql.SQL("true{}").format(_window_lower(ctx, start))
     if end is not None:
         upper = ctx.pred.cast(sql.Literal(end)) if start.key is None else _hidden(ctx, end)
         where = sql.SQL("{} AND {} {} {}").format(where, ctx.pred.column, _op("<"), upper)
-    return Chunk(where, -1, {"strategy": "index", "from": end}, expired=ctx.pred.window_expired)
+    return Chunk(where, -1, {"strategy": "index", "from": end}, expired=_window_expiry(ctx, start)[0])
 
 
 # The smallest ({agg} min) or the largest ({agg} max) ctid of one key: a btree built by
