@@ -107,9 +107,9 @@ $fn$;
 -- A constant of type pg_catalog.`typ` compared with a column, as SQL: a literal, or with
 -- `hide` an uncorrelated subquery, (SELECT 'value'::type), evaluated once per statement,
 -- whose value the planner does not see. Key windows hide theirs (ttl.expired_sql): to
--- estimate a comparison with a constant below the column's first histogram bound,
--- PostgreSQL 15 reads the index's lowest live entry, through every entry that deletes
--- not yet vacuumed left at its low end (the windows a pass just deleted, again for each
+-- estimate a comparison with a constant below the column's second histogram bound,
+-- PostgreSQL reads the index's lowest live entry, past every entry that deletes not yet
+-- vacuumed left at its low end (the windows a pass just deleted, again for each
 -- statement: ~2 ms a statement at 1% of 10M rows); a window's own bounds keep it to
 -- one index range.
 CREATE OR REPLACE FUNCTION ttl._constant_sql(value text, typ text, hide boolean) RETURNS text
