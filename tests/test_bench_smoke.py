@@ -194,3 +194,20 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
     else:
         [r] = results["20"]
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
+
+
+def test_sampler_cost_bench_runs_the_sampler_beside_the_load(tmp_path: Path) -> None:
+    """The sampler-cost benchmark at a tiny scale: each window carries the load, and the
+    sampler's query runs in its windows only, at about its interval."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "bench.sampler_cost", "--rows", "10000", "--window", "1",
+                           "--reps", "1", "--intervals", "0.02", "--json", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    windows = {w["interval_s"]: w for w in result["windows"]}
+    assert set(windows) == {None, 0.02}
+    assert all(w["txns"] > 100 and w["p99_ms"] > 0 for w in windows.values())
+    assert windows[None]["samples_per_s"] == 0 and 10 < windows[0.02]["samples_per_s"] <= 50
+    assert result["p99_vs_baseline"]["0.02"]["n"] == 1
