@@ -91,11 +91,11 @@ def _explained(monkeypatch: pytest.MonkeyPatch, table: str) -> list[tuple[str, i
     its plan's nodes, EXPLAINed on the engine's connection just before it runs."""
     seen: list[tuple[str, int, list[str]]] = []
     original = ranges.execute
-    name = sql.Identifier(table).as_string(None)
+    name = sql.Identifier("public", table).as_string(None)  # as the engine names the unit
 
     def explaining(ctx: Any, query: Any, reraise_lock: bool = False, raw_params: Any = None) -> Any:
         text = query if isinstance(query, str) else query.as_string(ctx.conn)
-        if raw_params is None and f"public.{name}" in text.replace('"public"', "public"):
+        if raw_params is None and name in text:
             seen.append((text, *_planned(ctx.conn, query)))
         return original(ctx, query, reraise_lock, raw_params)
 
