@@ -2,7 +2,9 @@
 
 A plain table of ROWS rows (~100 B each) in insertion order (``created_at`` grows with
 ``id``, as an event log's does), the oldest SHARE of them expired, with and without a
-btree on the TTL column: each shape built once as a template. Contenders, each on a fresh
+btree on the TTL column: each shape built once as a template. With ``--tied`` the
+expired rows all share one ``created_at`` (45 days old: a bulk load stamped with one
+``now()``), which pg_ttl deletes through that key's ctid windows. Contenders, each on a fresh
 prewarmed copy (CREATE DATABASE ... TEMPLATE, then a CHECKPOINT), in turn, rotated from
 repetition to repetition, in one run on one server:
 
@@ -43,10 +45,12 @@ from pg_ttl.expire.engine import Engine
 from pg_ttl.localserver import LocalServer
 
 SCHEMA = "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, body text NOT NULL)"
-# Rows 1..expired are 31-60 days old, the others 0-29 days: a day apart from the cutoff.
+# Rows 1..expired are 31-60 days old (all 45 days: tied), the others 0-29 days: a day apart
+# from the cutoff.
 FILL = """
 INSERT INTO events
-SELECT g, CASE WHEN g <= %(expired)s
+SELECT g, CASE WHEN g <= %(expired)s AND %(tied)s THEN now() - interval '45 days'
+               WHEN g <= %(expired)s
                THEN now() - interval '60 days' + (g::float8 / %(expired)s) * interval '29 days'
                ELSE now() - interval '29 days' + ((g - %(expired)s)::float8 / (%(rows)s - %(expired)s + 1))
                           * interval '29 days' END,
@@ -130,13 +134,14 @@ WITHOUT_PG_TTL = {"one DELETE", "one DELETE, open session"}
 FORCED = {"pg_ttl, row_strategy index": pg_ttl_forced("index"), "pg_ttl, row_strategy ctid": pg_ttl_forced("ctid")}
 
 
-def _template(server: LocalServer, rows: int, share: float, indexed: bool) -> tuple[str, int, str]:
-    name = f"rows_{rows}_{round(share * 1000)}_{'ix' if indexed else 'noix'}"
+def _template(server: LocalServer, rows: int, share: float, indexed: bool,
+              tied: bool = False) -> tuple[str, int, str]:
+    name = f"rows_{rows}_{round(share * 1000)}_{'ix' if indexed else 'noix'}{'_tied' if tied else ''}"
     dsn = server.create_database(name)
     expired = round(rows * share)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-        conn.execute(FILL, {"rows": rows, "expired": expired})
+        conn.execute(FILL, {"rows": rows, "expired": expired, "tied": tied})
         if indexed:
             conn.execute(INDEX)
         conn.execute("VACUUM (FREEZE, ANALYZE) events")
@@ -148,8 +153,8 @@ def _template(server: LocalServer, rows: int, share: float, indexed: bool) -> tu
 
 
 def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: int,
-            strategies: bool = False) -> dict[str, Any]:
-    template, expired, size = _template(server, rows, share, indexed)
+            strategies: bool = False, tied: bool = False) -> dict[str, Any]:
+    template, expired, size = _template(server, rows, share, indexed, tied)
     contenders = {**CONTENDERS, **(FORCED if strategies and indexed else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     names = list(contenders)
@@ -179,14 +184,15 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                 admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(copy)))
             runs[name].append({"seconds": wall, "rows_per_second": expired / wall, "load_before": load,
                                "longest_transaction_s": longest.longest, **out})
-            print(f"  {rows:,} rows, {share:.0%} expired, {'index' if indexed else 'no index'}, rep {rep + 1}: "
+            print(f"  {rows:,} rows, {share:.0%} expired{' (one key)' if tied else ''}, "
+                  f"{'index' if indexed else 'no index'}, rep {rep + 1}: "
                   f"{name}: {wall:.3f} s", flush=True)
     ours, raw, proc = runs["pg_ttl"], runs["one DELETE"], runs["CALL ttl.run()"]
     vs_raw = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
     open_vs_raw = [b["seconds"] / a["seconds"]
                    for a, b in zip(runs["pg_ttl, open session"], runs["one DELETE, open session"], strict=True)]
     proc_vs = [a["seconds"] / b["seconds"] for a, b in zip(ours, proc, strict=True)]
-    return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "table_size": size,
+    return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "tied": tied, "table_size": size,
             "contenders": {name: {"seconds": statistics.median(r["seconds"] for r in done),
                                   "seconds_min": min(r["seconds"] for r in done),
                                   "seconds_max": max(r["seconds"] for r in done), "runs": done}
@@ -208,6 +214,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="runs of each contender, in turn")
     parser.add_argument("--strategies", action="store_true",
                         help="with an index, also pg_ttl with row_strategy forced to index and to ctid")
+    parser.add_argument("--tied", action="store_true",
+                        help="the expired rows share one created_at (a bulk load stamped with one now())")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "2GB",
@@ -218,10 +226,11 @@ def main() -> None:
         for rows in args.rows:
             for share in args.shares:
                 for indexed in {"both": (False, True), "yes": (True,), "no": (False,)}[args.index]:
-                    results.append(measure(server, rows, share, indexed, args.reps, args.strategies))
+                    results.append(measure(server, rows, share, indexed, args.reps, args.strategies, args.tied))
     finally:
         server.cleanup()
-    print(f"\n{server.version}; rows in insertion order, the oldest expired; median of {args.reps}; "
+    print(f"\n{server.version}; rows in insertion order, the oldest expired"
+          f"{' (all at one created_at)' if args.tied else ''}; median of {args.reps}; "
           f"load average {loadavg_text()}\n")
     print("| rows | expired | index | pg_ttl s | CALL ttl.run() s | one DELETE s | pg_ttl vs DELETE (rows/s) "
           "| open sessions: pg_ttl s | DELETE s | pg_ttl vs DELETE "

@@ -196,6 +196,21 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
 
 
+def test_row_expiry_bench_with_the_expired_rows_at_one_key(tmp_path: Path) -> None:
+    """bench.row_expiry --tied at a tiny scale: the expired rows share one created_at, and
+    pg_ttl goes through that key's ctid windows (key windows over the index)."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--rows", "20000", "--shares", "0.5",
+                           "--index", "yes", "--reps", "1", "--tied", "--json", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [r] = json.loads(out.read_text())["results"]
+    # (the bench asserts that each contender deleted exactly the expired rows)
+    assert r["tied"] and r["indexed"] and r["expired"] == 10_000 and r["pg_ttl_strategy"] == ["index"]
+    assert "(one key)" in proc.stdout
+
+
 def test_sampler_cost_bench_runs_the_sampler_beside_the_load(tmp_path: Path) -> None:
     """The sampler-cost benchmark at a tiny scale: each window carries the load, and the
     sampler's query runs in its windows only, at about its interval."""

@@ -4,8 +4,8 @@ Each window is [k1, k2) with k2 read as the key a step of expired rows on; its D
 re-checks the expiry. These tests hold the engine to what that promises: where a
 stopped run's next run starts, how large a window is (by time, capped; under a rate
 limit at delete_batch_size), and that a key with more rows than a window holds is
-deleted in ctid windows of at most delete_batch_size rows, with the windows going on
-past it.
+deleted in ctid windows (delete_batch_size rows at most while paced), with the windows
+going on past it.
 """
 
 from __future__ import annotations

@@ -30,15 +30,18 @@ EXPIRED = 30_000  # the oldest keys: all in the first of four histogram bins
 WINDOW = 2_000  # rows a window (delete_batch_size; a rate limit keeps every window at it)
 
 
-def _table(db: psycopg.Connection[Any], name: str, correlated: bool = True) -> None:
+def _table(db: psycopg.Connection[Any], name: str, correlated: bool = True, tied: bool = False) -> None:
     """ROWS rows a minute apart (keys in insertion order, or not), the oldest EXPIRED
-    expired; a histogram of four bins on the TTL column; key windows of WINDOW rows."""
+    expired (``tied``: the newer half of them at one key); a histogram of four bins on the
+    TTL column; key windows of WINDOW rows."""
     t = sql.Identifier(name)
     db.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)"
                        " WITH (autovacuum_enabled = off)").format(t))
     order = sql.SQL("g" if correlated else "md5(g::text)")
-    db.execute(sql.SQL("INSERT INTO {} SELECT g, timestamptz '2020-01-01' + g * interval '1 min', repeat('x', 40)"
-                       " FROM generate_series(1, %s::int) g ORDER BY {}").format(t, order), (ROWS,))
+    minutes = sql.SQL("CASE WHEN g BETWEEN {} AND {} THEN {} ELSE g END" if tied else "g").format(
+        EXPIRED // 2, EXPIRED, EXPIRED // 2)
+    db.execute(sql.SQL("INSERT INTO {} SELECT g, timestamptz '2020-01-01' + {} * interval '1 min', repeat('x', 40)"
+                       " FROM generate_series(1, %s::int) g ORDER BY {}").format(t, minutes, order), (ROWS,))
     db.execute(sql.SQL("CREATE INDEX ON {} (v)").format(t))
     db.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET STATISTICS 4").format(t))
     db.execute(sql.SQL("ANALYZE {}").format(t))
@@ -135,6 +138,31 @@ def test_window_statements_plan_without_walking_the_last_windows_entries(
     assert [pages for _, pages, _ in windows + reads if pages >= walk / 2] == [], (walk, windows, reads)
     # (the first window, bounded by its end alone, shows it: the planner's choice to make)
     assert [nodes for _, _, nodes in windows[1:] + reads if "Seq Scan" in nodes] == []
+
+
+def test_a_keys_ctid_windows_plan_without_walking_the_last_windows_entries(
+        db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the expired rows at one key (a bulk load stamped with one now()), past key
+    windows over the other half: the key's ctid windows delete at the index's low end too,
+    one after the other; their statements, and the reads of the key's first and last rows,
+    hide the cutoff and the key as key windows do; the windows are TID range scans."""
+    for name in ("warm", "w"):
+        _table(db, name, tied=name == "w")
+    with Engine(dsn_of(db)) as engine:
+        [res] = engine.expire(["warm"])
+        assert res.status == "ok" and res.rows_deleted == EXPIRED
+        seen = _explained(monkeypatch, "w")
+        [res] = engine.expire(["w"])
+    assert res.status == "ok" and res.rows_deleted == EXPIRED
+    assert _left(db, "w") == (0, ROWS - EXPIRED)
+    walk = _one_walk(db, "w")
+    assert walk >= 10
+    ctid_windows = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" in text and "ctid" in text]
+    assert len(ctid_windows) >= EXPIRED // 2 // WINDOW, seen
+    assert [pages for _, pages, _ in ctid_windows if pages >= walk / 2] == [], (walk, ctid_windows)
+    assert [nodes for _, _, nodes in ctid_windows if "Tid Range Scan" not in nodes] == []
+    bounds = [(text, pages) for text, pages, _ in seen if "ORDER BY" in text and "DESC" in text]
+    assert len(bounds) == 2 and [pages for _, pages in bounds if pages >= walk / 2] == [], (walk, bounds)
 
 
 def test_call_run_window_statements_plan_without_walking_the_last_windows_entries(

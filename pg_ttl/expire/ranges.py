@@ -4,9 +4,9 @@ Over a btree on the TTL column: key windows [k1, k2) of at most a step of rows
 each, k2 read as the key that many expired rows on (keys only, in the index's
 order: an index-only scan where the visibility map allows); the step follows
 the time a window's DELETE takes (rows.py). A key with more rows than a step is
-numbered in block windows of the heap instead, as ranges of at most
-``delete_batch_size`` rows (the index cannot give one key's rows in ctid order
-without sorting them all). Without one: ctid block ranges sized from the
+deleted in ctid windows of the heap between its first and last row instead,
+sized as key windows are (the index cannot give one key's rows in ctid order
+without sorting them all; a range of tuple slots needs no read). Without one: ctid block ranges sized from the
 expired density seen so far (no query at all: reading every row to count
 candidates first would double the cost of a raw DELETE). Only range bounds
 travel to the client, never the rows. Phase 2 (rows.py) deletes each range with
@@ -20,6 +20,7 @@ every '%' of the text as a placeholder, and names and expressions may hold one.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -292,9 +293,12 @@ def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
 # index is on the column ascending or descending; so the key's first rows come first in a
 # scan one way, its last ones in the other. Both ways are read, block_size / 6 rows each
 # (more ctids than a page holds: a posting list counts for many), so that either index
-# order gives both ends.
+# order gives both ends. The key is hidden from the planner's estimates (the windows before
+# left dead entries at the index's low end). Also the tuple slots of a block: offsets 0 to
+# MaxHeapTuplesPerPage (a line pointer and a tuple header each, at least), so that a ctid
+# range of n slots holds at most n rows.
 TIE_BOUND = """
-SELECT CAST({agg}(c) AS text) FROM (
+SELECT CAST({agg}(c) AS text), (CAST(current_setting('block_size') AS int) - 24) / 28 + 1 FROM (
   (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
     LIMIT CAST(current_setting('block_size') AS int) / 6)
   UNION ALL
@@ -303,76 +307,75 @@ SELECT CAST({agg}(c) AS text) FROM (
 """
 
 
+def _tie_bound(ctx: UnitContext, key: str, agg: str) -> tuple[str | None, int]:
+    """The key's first (``min``) or last (``max``) row, and the tuple slots of a block."""
+    set_lock_timeout(ctx, ctx.settings.lock_timeout)
+    row = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL(agg), t=ctx.unit.ident, col=ctx.pred.column,
+                                                ge=_op(">="), le=_op("<="), k=_hidden(ctx, key))).fetchone()
+    assert row is not None
+    return (None if row[0] is None else str(row[0])), int(row[1])
+
+
 def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterator[list[Chunk]]:
     """The rows of one key with more rows than a window holds, in ctid windows
     (``_tie_batches``): from its first row, or after the row ``after``."""
     if after is None:
-        set_lock_timeout(ctx, ctx.settings.lock_timeout)
-        t, col = ctx.unit.ident, ctx.pred.column
-        row = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL("min"), t=t, col=col, ge=_op(">="), le=_op("<="),
-                                                    k=ctx.pred.cast(sql.Literal(key)))).fetchone()
-        if row is None or row[0] is None:
+        first, _ = _tie_bound(ctx, key, "min")
+        if first is None:
             return
-        after = f"({_block_of(str(row[0]))},0)"  # the block of the key's first row on
+        after = f"({_block_of(first)},0)"  # the block of the key's first row on
     yield from _tie_batches(ctx, key, after)
 
 
-# The rows of one key in a block window, numbered in ctid order (a TID range scan:
-# the index cannot give one key's rows in ctid order without sorting them all).
-TIE_WINDOW = """
-SELECT CAST(s.a[g.i] AS text), g.i FROM (
-  SELECT array_agg(ctid ORDER BY ctid) AS a FROM ONLY {t}
-   WHERE {col} {eq} {k} AND ctid {gt} {lo} AND ctid {lt} {hi}) s,
-  LATERAL (SELECT LEAST(n, cardinality(s.a)) AS i
-             FROM generate_series({dbs}, cardinality(s.a) + {dbs} - 1, {dbs}) AS n) g
- ORDER BY g.i
-"""
-# How far a window may grow over blocks with few rows of the key, in base windows.
-TIE_WINDOW_MAX = 16
+# The rows the next window of a key's ctid windows holds (ttl.window_rows).
+NEXT_ROWS = "SELECT {}"
 
 
 def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]]:
-    """The rows of one key from ctid ``start`` (exclusive) on, as ranges of at most
-    delete_batch_size rows: block windows of ~select_batch_size rows each up to the
-    key's last row, so every statement stays short whatever the number of rows.
+    """The rows of one key from ctid ``start`` (exclusive) to its last row, in ctid windows
+    (lo, hi] deleted one a transaction, sized as key windows are (ttl.window_rows: from
+    delete_batch_size rows toward ~50 ms, each at most four times the rows the last one
+    deleted), without reading a row to plan them (a TID range scan each: an index range on
+    the key would read every row of the key to find these). A window is a range of tuple
+    slots: its rows at the key's density in the last window (the table's for the first),
+    and at most four times its rows at the table's density (a key sparse so far that meets
+    dense blocks overruns its time fourfold at most). While the pass is slowed, it spans as
+    many slots as it may hold rows (delete_batch_size): it cannot hold more.
 
-    Rows of the key outside the windows (only if the index is not in ctid order
-    within a key, i.e. built before PostgreSQL 12, or rows written since) are left to
-    the next run, whose first select batch starts at them.
+    Rows of the key past its last row when the key was met (written since), or outside the
+    windows (only if the index is not in ctid order within a key, i.e. built before
+    PostgreSQL 12), are left to the next run, whose first select batch starts at them.
     """
-    t, col = ctx.unit.ident, ctx.pred.column
-    k = ctx.pred.cast(sql.Literal(key))
-    set_lock_timeout(ctx, ctx.settings.lock_timeout)
-    last = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL("max"), t=t, col=col, ge=_op(">="), le=_op("<="),
-                                                  k=k)).fetchone()
-    if last is None or last[0] is None:
+    last, slots = _tie_bound(ctx, key, "max")
+    if last is None:
         return
-    end = _block_of(str(last[0])) + 1
     _, per_block = unit_size(ctx)
-    sbs = ctx.policy.select_batch_size
-    base = max(1, math.ceil(sbs / per_block))
-    blocks, lo, block = base, start, _block_of(start)
-    while block < end and not ctx.stopping():
-        upto = min(end, block + blocks)
-        hi = f"({upto},0)"
-        query = sql.SQL(TIE_WINDOW).format(t=t, col=col, eq=_op("="), k=k, gt=_op(">"), lo=_tid(lo), lt=_op("<"),
-                                           hi=_tid(hi), dbs=sql.Literal(ctx.policy.delete_batch_size))
-        set_lock_timeout(ctx, ctx.settings.lock_timeout)
-        rows = execute(ctx, query).fetchall()
-        chunks: list[Chunk] = []
-        prev: Position = (key, lo)
-        prev_n = 0
-        for tid, n in rows:
-            chunks.append(Chunk(_key_range(ctx, prev, (key, str(tid))), int(n) - prev_n,
-                                {"strategy": "index", "key": key, "ctid": str(tid)}))
-            prev, prev_n = (key, str(tid)), int(n)
-        # No row of the key past the last one numbered: the next window starts at the
-        # window's end. Its size follows the key's density (few rows: grow; many: shrink).
-        lo, block = hi, upto
-        blocks = max(1, min(TIE_WINDOW_MAX * base, int(blocks * sbs / max(prev_n, sbs / 4))))
-        if chunks:
-            ctx.select_limiter.add(prev_n)
-            yield chunks
+    expired, _ = window_forms(ctx.conn, ctx.policy.relid, ctx.pred)
+    lo, end = _slot(start, slots), _slot(last, slots)
+    rows, paced, density = ctx.policy.delete_batch_size, ctx.paced(), per_block / slots
+    while lo < end and not ctx.stopping():
+        span = rows if paced else min(math.ceil(rows / max(density, 1 / slots)),
+                                      math.ceil(4 * rows * slots / per_block))
+        hi = min(end, lo + max(1, span))
+        before, started = ctx.deleted, time.monotonic()
+        yield [Chunk(_key_range(ctx, (key, _tid_text(lo, slots)), (key, _tid_text(hi, slots))), -1,
+                     {"strategy": "index", "key": key, "ctid": _tid_text(hi, slots)}, expired=expired)]
+        deleted = ctx.deleted - before
+        size = WindowSize(deleted, deleted, time.monotonic() - started, ctx.paced())
+        row = ctx.conn.execute(sql.SQL(NEXT_ROWS).format(size.sql(ctx))).fetchone()
+        assert row is not None
+        rows, paced, density, lo = int(row[0]), size.paced, deleted / (hi - lo), hi
+
+
+def _slot(tid: str, slots: int) -> int:
+    """A ctid as a position in the heap's tuple slots (block * slots + offset; offsets
+    start at 1, so offset 0 of each block is a slot no row holds)."""
+    block, offset = tid.strip("()").split(",")
+    return int(block) * slots + min(int(offset), slots - 1)
+
+
+def _tid_text(position: int, slots: int) -> str:
+    return f"({position // slots},{position % slots})"
 
 
 def unit_size(ctx: UnitContext) -> tuple[int, float]:

@@ -157,8 +157,8 @@ def _delete_windows(ctx: UnitContext) -> str:
     the rows it should hold over the rows the last one held, times the keys that one
     spanned. A guessed window that runs past four times the time it should take (its keys
     denser than the last one's) is rolled back, and the unit's windows are read from
-    there on. A key with more rows than a read window holds goes in ctid windows of at most
-    ``delete_batch_size`` rows."""
+    there on. A key with more rows than a read window holds goes in ctid windows between its
+    first and last row, sized as key windows are (ranges.tie_batches)."""
     policy = ctx.policy
     start, within = ranges.window_start(ctx)
     size = ranges.WindowSize(policy.delete_batch_size)
@@ -182,8 +182,8 @@ def _delete_windows(ctx: UnitContext) -> str:
                 if end is not None and end == start.key and start.inclusive:
                     within = (end, None)  # a window of rows or more share this key
         if within is not None:
-            # (rows of the key outside its ctid windows, written since, are left to the next run)
-            ctx.rows_may_remain = True
+            # (rows of the key written since are left to the next run, as rows written already
+            # expired behind the windows are: the run does not count them as left)
             for chunks in ranges.tie_batches(ctx, *within):
                 set_lock_timeout(ctx, ctx.settings.row_lock_timeout)
                 _delete_batch(ctx, iter(chunks))
