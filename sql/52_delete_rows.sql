@@ -191,8 +191,22 @@ $fn$;
 -- once it has a first key; the first window's end, its only bound, shows, so that its
 -- estimate still chooses between the index and a sequential scan. Callers run them as
 -- the table's owner, names resolving in ttl._table_search_path.
-CREATE OR REPLACE FUNCTION ttl.window_sql(tbl regclass, part regclass, cutoff timestamptz,
-                                          OUT window_end text, OUT delete_window text, OUT delete_window_skip text)
+-- A key with a step of rows or more (a bulk load stamped with one now()) is deleted in
+-- ctid windows between its first and last row (ttl.key_window_slots sizes them):
+--   key_rows:           $1 the key (text); returns the ctids of its first and last row
+--                       (a btree built by PostgreSQL 12 or later keeps one key's rows in
+--                       ctid order, whichever way the index is ordered: block_size / 6
+--                       entries are read from each end), as text.
+--   delete_key_window:  $1, $2 the window's ctids (text; rows after $1, up to $2
+--                       included), $3 the key: a TID range scan, no index range on a key
+--                       of that many rows.
+--   delete_key_window_skip: the same, leaving rows an application holds locked.
+--   next_key:           $1 a key; returns the first expired key past it (text), or NULL.
+DROP FUNCTION IF EXISTS ttl.window_sql(regclass, regclass, timestamptz);
+CREATE FUNCTION ttl.window_sql(tbl regclass, part regclass, cutoff timestamptz,
+                               OUT window_end text, OUT delete_window text, OUT delete_window_skip text,
+                               OUT key_rows text, OUT delete_key_window text, OUT delete_key_window_skip text,
+                               OUT next_key text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -222,6 +236,21 @@ BEGIN
                    col, typ);
     delete_window := ttl._delete_sql(u.target, keys, u.expired, false);
     delete_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
+    key_rows := format('SELECT CAST(pg_catalog.min(s.c) AS text), CAST(pg_catalog.max(s.c) AS text) FROM ('
+                       '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %3$s))'
+                       ' AND %2$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %3$s)) ORDER BY %2$s'
+                       ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)'
+                       ' UNION ALL '
+                       '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %3$s))'
+                       ' AND %2$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %3$s)) ORDER BY %2$s DESC'
+                       ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)) s', u.target, col, typ);
+    keys := format('%1$s OPERATOR(pg_catalog.=) CAST($3::text AS %2$s)'
+                   ' AND ctid OPERATOR(pg_catalog.>) CAST($1::text AS pg_catalog.tid)'
+                   ' AND ctid OPERATOR(pg_catalog.<=) CAST($2::text AS pg_catalog.tid)', col, typ);
+    delete_key_window := ttl._delete_sql(u.target, keys, u.expired, false);
+    delete_key_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
+    next_key := format('SELECT CAST(pg_catalog.min(%1$s) AS text) FROM ONLY %2$s WHERE %3$s'
+                       ' AND %1$s OPERATOR(pg_catalog.>) (SELECT CAST($1::text AS %4$s))', col, u.target, u.bound, typ);
 END
 $fn$;
 
@@ -258,6 +287,34 @@ AS $fn$
                                            (greatest(deleted, 1) * ttl.transaction_seconds()
                                             / greatest(seconds, 0.0001))::int8))
            END
+$fn$;
+
+-- The tuple slots of a heap block: offsets 0 (never a row's) to MaxHeapTuplesPerPage, a
+-- line pointer and a tuple header each at least. A ctid window of a key spans slots:
+-- n slots hold at most n rows.
+CREATE OR REPLACE FUNCTION ttl.block_slots() RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT (current_setting('block_size')::int - 24) / 28 + 1
+$fn$;
+
+-- How many tuple slots the next ctid window of a key with more rows than a key window
+-- spans, for pg-ttl run, the worker and CALL ttl.run() alike: its `rows`
+-- (ttl.window_rows) at the key's `density` in the last window (rows a slot; NULL for
+-- the first: the table's, `per_block` rows a block), and at most four times its rows at
+-- the table's density (a key sparse so far that meets dense blocks overruns its time
+-- fourfold at most); while the pass is `paced`, exactly `rows` slots: it cannot hold
+-- more rows than delete_batch_size.
+CREATE OR REPLACE FUNCTION ttl.key_window_slots(rows bigint, paced boolean, density float8, per_block float8)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT greatest(1, CASE WHEN paced THEN rows
+                            ELSE least(ceil(rows / greatest(coalesce(density, per_block / ttl.block_slots()),
+                                                            1.0 / ttl.block_slots())),
+                                       ceil(4 * rows * ttl.block_slots() / greatest(per_block, 1))) END)::int8
 $fn$;
 
 -- The end of a key window guessed from the last one, for pg-ttl run and the worker

@@ -18,15 +18,16 @@ $fn$;
 -- take-over and history functions (sql/50_history.sql), the choice between key
 -- windows over a btree on the TTL column and block ranges that pg-ttl run and
 -- the worker make too (ttl.row_strategy), the block range DELETE they execute
--- too (ttl.delete_rows_sql) and key windows shaped as theirs (ttl.window_sql;
--- both in sql/52_delete_rows.sql); COMMITs in between; a range that meets a row
+-- too (ttl.delete_rows_sql) and key windows shaped and sized as theirs, a key of
+-- many rows in ctid windows (ttl.window_sql, ttl.window_rows, ttl.key_window_slots;
+-- all in sql/52_delete_rows.sql); COMMITs in between; a range that meets a row
 -- lock is redone with FOR UPDATE SKIP LOCKED.
 -- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
 -- expressions and triggers never run with the caller's rights; tables whose
 -- owner the caller is not a member of are left alone (a WARNING names them).
 -- A unit resumes from the checkpoint an interrupted run left (this procedure's
--- or pg-ttl's: key windows or block ranges). A lock held on one partition fails
--- only that unit.
+-- or pg-ttl's: key windows, a key's ctid windows or block ranges). A lock held on
+-- one partition fails only that unit.
 -- Whole-partition drop/detach is done by pg-ttl run / the worker only.
 -- An error in a unit is recorded on it and the CALL goes on; a cancel, or the
 -- statement_timeout of the session that CALLs it (PostgreSQL times the whole
@@ -74,6 +75,19 @@ DECLARE
     win bigint;
     lo text;
     hi text;
+    per_block float8;
+    slots integer;
+    key_rows_sql text;
+    key_sql text;
+    key_skip_sql text;
+    next_sql text;
+    tie_key text;
+    tie_pos bigint;
+    tie_end bigint;
+    tie_span bigint;
+    hi_pos bigint;
+    first_tid text;
+    last_tid text;
 BEGIN
     -- A procedure that COMMITs cannot have a SET clause: pin search_path first thing.
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false);
@@ -173,14 +187,16 @@ BEGIN
                 -- delete_batch_size rows' worth of blocks, never more than select_batch_size
                 -- rows' worth, whatever the density seen so far
                 SELECT s.strategy, s.nblocks, greatest(1, ceil(p.delete_batch_size / d.per_block))::bigint,
-                       greatest(1, ceil(p.select_batch_size / d.per_block))::bigint
-                  INTO chosen, nblocks, step, max_step
+                       greatest(1, ceil(p.select_batch_size / d.per_block))::bigint, d.per_block
+                  INTO chosen, nblocks, step, max_step, per_block
                   FROM ttl.row_strategy(p.relid, leaf.oid, cutoff, coalesce(forced, 'auto')) s,
                        LATERAL (SELECT CASE WHEN s.relpages > 0 AND s.reltuples > 0
                                             THEN s.reltuples / s.relpages ELSE 100 END AS per_block) d;
                 strategy := coalesce(strategy, chosen);
                 IF strategy = 'index' THEN
-                    SELECT x.window_end, x.delete_window, x.delete_window_skip INTO end_sql, del_sql, skip_sql
+                    SELECT x.window_end, x.delete_window, x.delete_window_skip, x.key_rows, x.delete_key_window,
+                           x.delete_key_window_skip, x.next_key
+                      INTO end_sql, del_sql, skip_sql, key_rows_sql, key_sql, key_skip_sql, next_sql
                       FROM ttl.window_sql(p.relid, leaf.oid, cutoff) x;
                 ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
@@ -210,12 +226,16 @@ BEGIN
             -- transaction with the unit's counters and checkpoint (every row below e went),
             -- the step from delete_batch_size rows toward ttl.transaction_seconds() a
             -- window (a rate limit keeps it at delete_batch_size); a key with a step of
-            -- rows or more: the rest of the unit in block ranges. Block ranges are grouped
+            -- rows or more: its rows in ctid windows between its first and last row
+            -- (ttl.key_window_slots), each one transaction with the counters and a
+            -- checkpoint naming the key and the window's last ctid, then key windows from
+            -- the next key on. Block ranges are grouped
             -- into transactions of about ttl.transaction_seconds(), each committed with one
             -- update of the unit's counters and checkpoint (a rate limit: every range its
             -- own transaction), a range sized from the expired rows the last one held,
             -- toward delete_batch_size of them. Waits for a rate limit fall between
             -- transactions.
+            tie_key := NULL;
             IF strategy = 'index' THEN
                 k := coalesce(cp->>'from', cp->>'key', cp->>'after');
                 win := p.delete_batch_size;
@@ -224,19 +244,48 @@ BEGIN
             group_n := 0;
             WHILE unit_status = 'ok' AND (strategy = 'index' OR b < coalesce(nblocks, 0)) LOOP
                 PERFORM pg_catalog.set_config('role', p.owner, true);
-                IF strategy = 'index' THEN
+                IF tie_key IS NOT NULL AND tie_pos >= tie_end THEN
+                    -- the key's last row passed: key windows from the next expired key on
+                    BEGIN
+                        EXECUTE next_sql USING tie_key INTO k;
+                    EXCEPTION WHEN query_canceled OR OTHERS THEN
+                        SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
+                    END;
+                    tie_key := NULL;
+                    EXIT WHEN unit_status <> 'ok' OR k IS NULL;
+                    group_start := pg_catalog.clock_timestamp();
+                END IF;
+                IF tie_key IS NOT NULL THEN
+                    hi_pos := least(tie_end, tie_pos + tie_span);
+                    lo := format('(%s,%s)', tie_pos / slots, tie_pos % slots);
+                    hi := format('(%s,%s)', hi_pos / slots, hi_pos % slots);
+                ELSIF strategy = 'index' THEN
                     BEGIN
                         EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
+                        IF e = k THEN
+                            -- a step of rows or more share this key: its first and last row
+                            EXECUTE key_rows_sql USING k INTO first_tid, last_tid;
+                        END IF;
                     EXCEPTION WHEN query_canceled OR OTHERS THEN
                         SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
                     END;
                     EXIT WHEN unit_status <> 'ok';
                     IF e = k THEN
-                        strategy := 'ctid';  -- a step of rows or more share this key
-                        del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
-                        skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
-                        UPDATE ttl.run_unit SET strategy = 'ctid' WHERE run_id = run AND unit_relid = leaf.oid;
-                        COMMIT;
+                        tie_key := k;
+                        slots := ttl.block_slots();
+                        IF last_tid IS NULL THEN  -- its rows went meanwhile: on to the next key
+                            tie_pos := 0;
+                            tie_end := 0;
+                            CONTINUE;
+                        END IF;
+                        -- from its first row, or after the row a checkpoint of this key names
+                        first_tid := CASE WHEN cp->>'key' = k AND cp->>'ctid' IS NOT NULL THEN cp->>'ctid'
+                                          ELSE format('(%s,0)', (first_tid::pg_catalog.tid::text::point)[0]) END;
+                        tie_pos := (first_tid::pg_catalog.tid::text::point)[0]::bigint * slots
+                                   + (first_tid::pg_catalog.tid::text::point)[1]::bigint;
+                        tie_end := (last_tid::pg_catalog.tid::text::point)[0]::bigint * slots
+                                   + (last_tid::pg_catalog.tid::text::point)[1]::bigint;
+                        tie_span := ttl.key_window_slots(p.delete_batch_size, rate > 0, NULL, per_block);
                         group_start := pg_catalog.clock_timestamp();
                         CONTINUE;
                     END IF;
@@ -248,14 +297,22 @@ BEGIN
                 END IF;
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
-                    EXECUTE del_sql USING lo, hi;
+                    IF tie_key IS NOT NULL THEN
+                        EXECUTE key_sql USING lo, hi, tie_key;
+                    ELSE
+                        EXECUTE del_sql USING lo, hi;
+                    END IF;
                     GET DIAGNOSTICS n = ROW_COUNT;
                 EXCEPTION WHEN lock_not_available OR serialization_failure THEN
                     -- an application holds a row (or moved it to another partition meanwhile):
                     -- redo the range without waiting on row locks; locked rows wait for the next run
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
-                        EXECUTE skip_sql USING lo, hi;
+                        IF tie_key IS NOT NULL THEN
+                            EXECUTE key_skip_sql USING lo, hi, tie_key;
+                        ELSE
+                            EXECUTE skip_sql USING lo, hi;
+                        END IF;
                         GET DIAGNOSTICS n = ROW_COUNT;
                     EXCEPTION WHEN serialization_failure THEN
                         n := 0;  -- moved again meanwhile: left for the next run
@@ -268,7 +325,17 @@ BEGIN
                 END;
                 EXIT WHEN unit_status <> 'ok';
                 unit_n := unit_n + n;
-                IF strategy = 'index' THEN
+                IF tie_key IS NOT NULL THEN
+                    UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
+                           checkpoint = jsonb_build_object('strategy', 'index', 'key', tie_key, 'ctid', hi)
+                     WHERE run_id = run AND unit_relid = leaf.oid;
+                    COMMIT;
+                    tie_span := ttl.key_window_slots(
+                        ttl.window_rows(p.delete_batch_size, n, n,
+                                        extract(epoch FROM pg_catalog.clock_timestamp() - group_start), rate > 0),
+                        rate > 0, n::float8 / (hi_pos - tie_pos), per_block);
+                    tie_pos := hi_pos;
+                ELSIF strategy = 'index' THEN
                     UPDATE ttl.run_unit SET rows_selected = rows_selected + n, rows_deleted = rows_deleted + n,
                            checkpoint = jsonb_build_object('strategy', 'index', 'from', e)
                      WHERE run_id = run AND unit_relid = leaf.oid;

@@ -282,6 +282,42 @@ def test_call_run_killed_mid_unit_is_resumed_by_the_engine_at_its_window(
     assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
 
 
+def test_call_run_killed_in_a_keys_ctid_windows_is_resumed_by_the_engine_after_its_row(
+        db: psycopg.Connection[Any], dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CALL killed between two ctid windows of a key with more rows than a window leaves
+    the checkpoint pg-ttl run resumes from (the key and the last window's ctid): its first
+    ctid window starts after that ctid, and it deletes the rest."""
+    db.execute("CREATE TABLE w (id int PRIMARY KEY, v timestamptz NOT NULL, pad text)")
+    db.execute("CREATE INDEX ON w (v)")
+    db.execute("INSERT INTO w SELECT g, '2020-01-02', 'x' FROM generate_series(1, 3000) g")
+    db.execute("INSERT INTO w SELECT g, '2999-01-01', 'x' FROM generate_series(3001, 3100) g")
+    db.execute("ANALYZE w")
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', delete_batch_size => 50,"
+               " delete_rate_limit => 500)")  # windows of 50 slots, 500 rows/s: about 6 s in all
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+    call_killed_after(db, connect(), "CALL ttl.run('w')", 500)
+    [(first, cp)] = db.execute("SELECT rows_deleted, checkpoint FROM ttl.run_unit").fetchall()
+    assert cp["strategy"] == "index" and cp["key"].startswith("2020-01-02") and 500 <= first < 3000
+    # every row of the key up to the checkpoint's ctid went, none after it
+    assert db.execute("SELECT count(*) FILTER (WHERE ctid <= %(c)s::tid), count(*) FILTER (WHERE ctid > %(c)s::tid)"
+                      " FROM w WHERE v < '2999-01-01'", {"c": cp["ctid"]}).fetchone() == (0, 3000 - first)
+    db.execute("SELECT ttl.set_options('w', '{\"delete_rate_limit\": \"0\"}')")
+    db.commit()
+    starts: list[str] = []
+    original = ranges._tie_batches
+
+    def recording(ctx: Any, key: str, start: str) -> Any:
+        starts.append(start)
+        return original(ctx, key, start)
+
+    monkeypatch.setattr(ranges, "_tie_batches", recording)
+    [res] = expire(dsn)
+    assert starts == [cp["ctid"]]
+    assert res.status == "ok" and res.rows_deleted == 3000 - first and res.units[0].strategy == "index"
+    assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
+
+
 def test_call_run_resumes_its_own_windows_at_the_checkpoint(db: psycopg.Connection[Any], connect: Any) -> None:
     _table(db, 1000, dbs=50)
     db.autocommit = True
@@ -300,7 +336,7 @@ def test_call_run_resumes_its_own_windows_at_the_checkpoint(db: psycopg.Connecti
     assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
 
 
-def test_call_run_sweeps_the_rest_in_block_ranges_past_a_key_of_a_window_or_more(
+def test_call_run_deletes_a_key_of_a_window_or_more_in_ctid_windows_and_goes_on(
         db: psycopg.Connection[Any], connect: Any) -> None:
     _tied(db)
     # paced: windows of delete_batch_size rows, so the key of 500 rows fills one
@@ -311,12 +347,16 @@ def test_call_run_sweeps_the_rest_in_block_ranges_past_a_key_of_a_window_or_more
     db.commit()
     connect().execute("CALL ttl.run('w')")
     assert db.execute("SELECT strategy, status, rows_deleted, checkpoint FROM ttl.run_unit").fetchall() == [
-        ("ctid", "ok", 600, None)]
+        ("index", "ok", 600, None)]
     log = db.execute("SELECT n, lo, hi FROM deletes ORDER BY at").fetchall()
-    # key windows of 40 rows up to the key of 500 rows, then block ranges for the rest
-    assert [n for n, _, _ in log[:2]] == [40, 10]
-    assert all(hi < datetime(2020, 1, 2, tzinfo=UTC) for _, _, hi in log[:2])
-    assert sum(n for n, _, _ in log) == 600 and log[2][1] == datetime(2020, 1, 2, tzinfo=UTC)
+    key = datetime(2020, 1, 2, tzinfo=UTC)
+    # key windows of 40 rows up to the key of 500 rows, its rows in ctid windows of at most
+    # 40 (paced: 40 tuple slots each), then key windows over the keys after it
+    assert [n for n, _, _ in log[:2]] == [40, 10] and all(hi < key for _, _, hi in log[:2])
+    tie = [n for n, lo, hi in log if lo == hi == key]
+    assert sum(tie) == 500 and max(tie) <= 40 and log[2][1] == key
+    after = log[2 + len(tie):]
+    assert sum(n for n, _, _ in after) == 50 and all(lo > key for _, lo, _ in after) and max(after)[0] <= 40
     assert db.execute("SELECT count(*) FROM w WHERE v < '2999-01-01'").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM w").fetchone() == (100,)
 

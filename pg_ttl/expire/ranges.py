@@ -294,11 +294,10 @@ def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
 # scan one way, its last ones in the other. Both ways are read, block_size / 6 rows each
 # (more ctids than a page holds: a posting list counts for many), so that either index
 # order gives both ends. The key is hidden from the planner's estimates (the windows before
-# left dead entries at the index's low end). Also the tuple slots of a block: offsets 0 to
-# MaxHeapTuplesPerPage (a line pointer and a tuple header each, at least), so that a ctid
-# range of n slots holds at most n rows.
+# left dead entries at the index's low end). Also the tuple slots of a block
+# (ttl.block_slots) and {first}, the slots of the key's first ctid window.
 TIE_BOUND = """
-SELECT CAST({agg}(c) AS text), (CAST(current_setting('block_size') AS int) - 24) / 28 + 1 FROM (
+SELECT CAST({agg}(c) AS text), ttl.block_slots(), {first} FROM (
   (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
     LIMIT CAST(current_setting('block_size') AS int) / 6)
   UNION ALL
@@ -307,28 +306,32 @@ SELECT CAST({agg}(c) AS text), (CAST(current_setting('block_size') AS int) - 24)
 """
 
 
-def _tie_bound(ctx: UnitContext, key: str, agg: str) -> tuple[str | None, int]:
-    """The key's first (``min``) or last (``max``) row, and the tuple slots of a block."""
+def _tie_bound(ctx: UnitContext, key: str, agg: str,
+               first: sql.Composable | None = None) -> tuple[str | None, int, int | None]:
+    """The key's first (``min``) or last (``max``) row, the tuple slots of a block, and
+    ``first`` (the slots of the key's first window, or NULL)."""
     set_lock_timeout(ctx, ctx.settings.lock_timeout)
     row = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL(agg), t=ctx.unit.ident, col=ctx.pred.column,
-                                                ge=_op(">="), le=_op("<="), k=_hidden(ctx, key))).fetchone()
+                                                ge=_op(">="), le=_op("<="), k=_hidden(ctx, key),
+                                                first=first or sql.SQL("NULL"))).fetchone()
     assert row is not None
-    return (None if row[0] is None else str(row[0])), int(row[1])
+    return (None if row[0] is None else str(row[0])), int(row[1]), (None if row[2] is None else int(row[2]))
 
 
 def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterator[list[Chunk]]:
     """The rows of one key with more rows than a window holds, in ctid windows
     (``_tie_batches``): from its first row, or after the row ``after``."""
     if after is None:
-        first, _ = _tie_bound(ctx, key, "min")
+        first, _, _ = _tie_bound(ctx, key, "min")
         if first is None:
             return
         after = f"({_block_of(first)},0)"  # the block of the key's first row on
     yield from _tie_batches(ctx, key, after)
 
 
-# The rows the next window of a key's ctid windows holds (ttl.window_rows).
-NEXT_ROWS = "SELECT {}"
+# The tuple slots a key's ctid window spans (ttl.key_window_slots), from its rows
+# (ttl.window_rows, or delete_batch_size for the first).
+SLOTS = "ttl.key_window_slots({rows}, {paced}, {density}, {per_block})"
 
 
 def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]]:
@@ -337,34 +340,35 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
     delete_batch_size rows toward ~50 ms, each at most four times the rows the last one
     deleted), without reading a row to plan them (a TID range scan each: an index range on
     the key would read every row of the key to find these). A window is a range of tuple
-    slots: its rows at the key's density in the last window (the table's for the first),
-    and at most four times its rows at the table's density (a key sparse so far that meets
-    dense blocks overruns its time fourfold at most). While the pass is slowed, it spans as
-    many slots as it may hold rows (delete_batch_size): it cannot hold more.
+    slots (ttl.key_window_slots: its rows at the key's density in the last window; while
+    the pass is slowed, as many slots as it may hold rows), the rule CALL ttl.run() follows
+    too.
 
     Rows of the key past its last row when the key was met (written since), or outside the
     windows (only if the index is not in ctid order within a key, i.e. built before
     PostgreSQL 12), are left to the next run, whose first select batch starts at them.
     """
-    last, slots = _tie_bound(ctx, key, "max")
+    _, per_block = unit_size(ctx)
+    last, slots, span = _tie_bound(ctx, key, "max", sql.SQL(SLOTS).format(
+        rows=sql.Literal(ctx.policy.delete_batch_size), paced=sql.Literal(ctx.paced()), density=sql.SQL("NULL"),
+        per_block=sql.Literal(per_block)))
     if last is None:
         return
-    _, per_block = unit_size(ctx)
+    assert span is not None
     expired, _ = window_forms(ctx.conn, ctx.policy.relid, ctx.pred)
     lo, end = _slot(start, slots), _slot(last, slots)
-    rows, paced, density = ctx.policy.delete_batch_size, ctx.paced(), per_block / slots
     while lo < end and not ctx.stopping():
-        span = rows if paced else min(math.ceil(rows / max(density, 1 / slots)),
-                                      math.ceil(4 * rows * slots / per_block))
-        hi = min(end, lo + max(1, span))
+        hi = min(end, lo + span)
         before, started = ctx.deleted, time.monotonic()
         yield [Chunk(_key_range(ctx, (key, _tid_text(lo, slots)), (key, _tid_text(hi, slots))), -1,
                      {"strategy": "index", "key": key, "ctid": _tid_text(hi, slots)}, expired=expired)]
         deleted = ctx.deleted - before
         size = WindowSize(deleted, deleted, time.monotonic() - started, ctx.paced())
-        row = ctx.conn.execute(sql.SQL(NEXT_ROWS).format(size.sql(ctx))).fetchone()
+        row = ctx.conn.execute(sql.SQL("SELECT " + SLOTS).format(
+            rows=size.sql(ctx), paced=sql.Literal(size.paced), density=sql.Literal(deleted / (hi - lo)),
+            per_block=sql.Literal(per_block))).fetchone()
         assert row is not None
-        rows, paced, density, lo = int(row[0]), size.paced, deleted / (hi - lo), hi
+        span, lo = int(row[0]), hi
 
 
 def _slot(tid: str, slots: int) -> int:
