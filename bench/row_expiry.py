@@ -17,6 +17,12 @@ repetition to repetition, in one run on one server:
   that what a new session pays once (PostgreSQL compiling pg_ttl's functions and
   planning their statements, reading the catalogs: ~20 ms) is paid before.
 
+With ``--hand-windows`` (not with ``--tied``), also the expired rows deleted by hand in key
+windows from an open session, each its own ``BEGIN; DELETE; COMMIT``, of the rows pg_ttl's
+windows grow through (1,000, 4,000, 16,000, 64,000, then 100,000 at most), their keys
+read beforehand (not timed): what short transactions alone cost beside one DELETE, with
+none of pg_ttl's bookkeeping.
+
 Reported per shape: seconds (median of ``--reps``, min-max), pg_ttl over the DELETE as
 rows per second (paired per repetition; the same for the open sessions), ``CALL
 ttl.run()`` over pg_ttl, pg_ttl's strategy and its longest transaction (from
@@ -126,10 +132,52 @@ class OpenConnection:
         self.conn.close()
 
 
+# The rows of the windows deleted by hand (--hand-windows): pg_ttl's first windows, then at most this many.
+HAND_WINDOWS = (1000, 4000, 16000, 64000)
+HAND_WINDOW_MAX = 100_000
+
+
+class HandWindows:
+    """Key windows by hand from a session opened beforehand: the expired rows' keys at
+    each window's end read first (one scan, not timed), then each window its own
+    transaction."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True, application_name=APP)
+        expired = self.conn.execute(f"SELECT count(*) FROM events WHERE {EXPIRED}").fetchone()
+        assert expired is not None
+        ends, at = [], 0
+        for size in [*HAND_WINDOWS, *[HAND_WINDOW_MAX] * (int(expired[0]) // HAND_WINDOW_MAX + 1)]:
+            at += size
+            if at >= int(expired[0]):
+                break
+            ends.append(at)
+        # (the key at each window's end; a window takes the keys below it, the last one every key from the one before)
+        self.bounds = [r[0] for r in self.conn.execute(
+            f"SELECT created_at FROM (SELECT created_at, row_number() OVER (ORDER BY created_at) AS n"
+            f" FROM events WHERE {EXPIRED}) s WHERE n - 1 = ANY(%s) ORDER BY n", (ends,)).fetchall()]
+
+    def run(self) -> dict[str, Any]:
+        deleted, low = 0, None
+        for high in [*self.bounds, None]:
+            # (each statement planned with its own keys, as a hand-written loop's would be)
+            where = (EXPIRED + (" AND created_at >= %(low)s" if low else "")
+                     + (" AND created_at < %(high)s" if high else ""))
+            with self.conn.transaction():
+                deleted += self.conn.execute(f"DELETE FROM events WHERE {where}", {"low": low, "high": high},
+                                             prepare=False).rowcount
+            low = high
+        return {"deleted": deleted, "windows": len(self.bounds) + 1}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 CONTENDERS: dict[str, Any] = {"pg_ttl": pg_ttl, "CALL ttl.run()": call_run, "one DELETE": one_delete,
                               "pg_ttl, open session": OpenEngine, "one DELETE, open session": OpenConnection}
-OPEN = {"pg_ttl, open session", "one DELETE, open session"}  # a session set up before the clock starts
-WITHOUT_PG_TTL = {"one DELETE", "one DELETE, open session"}
+OPEN = {"pg_ttl, open session", "one DELETE, open session", "key windows by hand, open session"}
+WITHOUT_PG_TTL = {"one DELETE", "one DELETE, open session", "key windows by hand, open session"}
+HAND = {"key windows by hand, open session": HandWindows}
 # With --strategies: pg_ttl with each row_strategy forced too (the crossovers in rows.py).
 FORCED = {"pg_ttl, row_strategy index": pg_ttl_forced("index"), "pg_ttl, row_strategy ctid": pg_ttl_forced("ctid")}
 
@@ -153,9 +201,9 @@ def _template(server: LocalServer, rows: int, share: float, indexed: bool,
 
 
 def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: int,
-            strategies: bool = False, tied: bool = False) -> dict[str, Any]:
+            strategies: bool = False, tied: bool = False, hand: bool = False) -> dict[str, Any]:
     template, expired, size = _template(server, rows, share, indexed, tied)
-    contenders = {**CONTENDERS, **(FORCED if strategies and indexed else {})}
+    contenders = {**CONTENDERS, **(FORCED if strategies and indexed else {}), **(HAND if hand else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     names = list(contenders)
     for rep in range(reps):
@@ -201,8 +249,16 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
             "open_sessions_pg_ttl_vs_delete": {"median": statistics.median(open_vs_raw), "min": min(open_vs_raw),
                                                "max": max(open_vs_raw)},
             "call_run_vs_pg_ttl": {"median": statistics.median(proc_vs), "min": min(proc_vs), "max": max(proc_vs)},
+            **({"open_sessions_hand_windows_vs_delete": _paired(runs["key windows by hand, open session"],
+                                                                runs["one DELETE, open session"])} if hand else {}),
             "pg_ttl_strategy": ours[0].get("strategy"),
             "pg_ttl_longest_transaction_s": max(r["longest_transaction_s"] for r in ours)}
+
+
+def _paired(ours: list[dict[str, Any]], raw: list[dict[str, Any]]) -> dict[str, float]:
+    """Rows/s of ``ours`` over ``raw``'s, paired per repetition: median, min, max."""
+    ratios = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def main() -> None:
@@ -216,8 +272,13 @@ def main() -> None:
                         help="with an index, also pg_ttl with row_strategy forced to index and to ctid")
     parser.add_argument("--tied", action="store_true",
                         help="the expired rows share one created_at (a bulk load stamped with one now())")
+    parser.add_argument("--hand-windows", action="store_true",
+                        help="also delete the rows by hand in key windows of pg_ttl's sizes, each its own transaction"
+                             " (what short transactions alone cost; not with --tied)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
+    if args.hand_windows and args.tied:
+        parser.error("--hand-windows needs distinct keys: not with --tied")
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "2GB",
                                    "max_wal_size": "16GB", "autovacuum": "off"})
     server.start()
@@ -226,7 +287,8 @@ def main() -> None:
         for rows in args.rows:
             for share in args.shares:
                 for indexed in {"both": (False, True), "yes": (True,), "no": (False,)}[args.index]:
-                    results.append(measure(server, rows, share, indexed, args.reps, args.strategies, args.tied))
+                    results.append(measure(server, rows, share, indexed, args.reps, args.strategies, args.tied,
+                                           args.hand_windows))
     finally:
         server.cleanup()
     print(f"\n{server.version}; rows in insertion order, the oldest expired"
@@ -248,6 +310,11 @@ def main() -> None:
               f"{','.join(r['pg_ttl_strategy'] or [])} | {r['pg_ttl_longest_transaction_s'] * 1000:.0f} ms |")
     for r in results:
         for name, c in r["contenders"].items():
+            if name in HAND:
+                h = r["open_sessions_hand_windows_vs_delete"]
+                print(f"{r['rows']:,} rows, {r['share']:.0%} expired, {'index' if r['indexed'] else 'no index'}: "
+                      f"{name}: {c['seconds']:.3f} s, {h['median']:.2f}x the DELETE's rows/s "
+                      f"({h['min']:.2f}-{h['max']:.2f})")
             if name in FORCED:
                 print(f"{r['rows']:,} rows, {r['share']:.0%} expired, index: {name}: {c['seconds']:.3f} s")
     if args.json:

@@ -197,16 +197,11 @@ $fn$;
 --                       (a btree built by PostgreSQL 12 or later keeps one key's rows in
 --                       ctid order, whichever way the index is ordered: block_size / 6
 --                       entries are read from each end), as text.
---   delete_key_window:  $1, $2 the window's ctids (text; rows after $1, up to $2
---                       included), $3 the key: a TID range scan, no index range on a key
---                       of that many rows.
---   delete_key_window_skip: the same, leaving rows an application holds locked.
 --   next_key:           $1 a key; returns the first expired key past it (text), or NULL.
 DROP FUNCTION IF EXISTS ttl.window_sql(regclass, regclass, timestamptz);
 CREATE FUNCTION ttl.window_sql(tbl regclass, part regclass, cutoff timestamptz,
                                OUT window_end text, OUT delete_window text, OUT delete_window_skip text,
-                               OUT key_rows text, OUT delete_key_window text, OUT delete_key_window_skip text,
-                               OUT next_key text)
+                               OUT key_rows text, OUT next_key text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -244,11 +239,6 @@ BEGIN
                        '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %3$s))'
                        ' AND %2$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %3$s)) ORDER BY %2$s DESC'
                        ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)) s', u.target, col, typ);
-    keys := format('%1$s OPERATOR(pg_catalog.=) CAST($3::text AS %2$s)'
-                   ' AND ctid OPERATOR(pg_catalog.>) CAST($1::text AS pg_catalog.tid)'
-                   ' AND ctid OPERATOR(pg_catalog.<=) CAST($2::text AS pg_catalog.tid)', col, typ);
-    delete_key_window := ttl._delete_sql(u.target, keys, u.expired, false);
-    delete_key_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
     next_key := format('SELECT CAST(pg_catalog.min(%1$s) AS text) FROM ONLY %2$s WHERE %3$s'
                        ' AND %1$s OPERATOR(pg_catalog.>) (SELECT CAST($1::text AS %4$s))', col, u.target, u.bound, typ);
 END
@@ -287,6 +277,36 @@ AS $fn$
                                            (greatest(deleted, 1) * ttl.transaction_seconds()
                                             / greatest(seconds, 0.0001))::int8))
            END
+$fn$;
+
+-- The ctid windows of one key (`key`, text) with a step of rows or more, for CALL
+-- ttl.run() (pg-ttl run writes the same statement, rows.py and ranges.py):
+--   delete_key_window:      $1, $2 the window's ctids (text; rows after $1, up to $2
+--                           included): a TID range scan, no index range on a key of that
+--                           many rows.
+--   delete_key_window_skip: the same, leaving rows an application holds locked.
+-- The key is a literal, cast as the statement is parsed: as a parameter its cast (a
+-- timestamp's input function is not immutable) would be evaluated for every row the scan
+-- filters, and in a subquery the planner, estimating it blind, scans the key's index
+-- entries instead of the range.
+CREATE OR REPLACE FUNCTION ttl.key_window_sql(tbl regclass, part regclass, cutoff timestamptz, key text,
+                                              OUT delete_key_window text, OUT delete_key_window_skip text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    u record;
+    range text;
+BEGIN
+    SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff, true);
+    SELECT format('%I OPERATOR(pg_catalog.=) CAST(%L AS %s)', ttl._attname(p.relid, p.ttl_attnum), key,
+                  format_type(p.ttl_atttypid, NULL))
+           || ' AND ctid OPERATOR(pg_catalog.>) CAST($1::text AS pg_catalog.tid)'
+           || ' AND ctid OPERATOR(pg_catalog.<=) CAST($2::text AS pg_catalog.tid)'
+      INTO range FROM ttl.policy p WHERE p.relid = tbl;
+    delete_key_window := ttl._delete_sql(u.target, range, u.expired, false);
+    delete_key_window_skip := ttl._delete_sql(u.target, range, u.expired, true);
+END
 $fn$;
 
 -- The tuple slots of a heap block: offsets 0 (never a row's) to MaxHeapTuplesPerPage, a

@@ -19,9 +19,9 @@ $fn$;
 -- windows over a btree on the TTL column and block ranges that pg-ttl run and
 -- the worker make too (ttl.row_strategy), the block range DELETE they execute
 -- too (ttl.delete_rows_sql) and key windows shaped and sized as theirs, a key of
--- many rows in ctid windows (ttl.window_sql, ttl.window_rows, ttl.key_window_slots;
--- all in sql/52_delete_rows.sql); COMMITs in between; a range that meets a row
--- lock is redone with FOR UPDATE SKIP LOCKED.
+-- many rows in ctid windows (ttl.window_sql, ttl.key_window_sql, ttl.window_rows,
+-- ttl.key_window_slots; all in sql/52_delete_rows.sql); COMMITs in between; a
+-- range that meets a row lock is redone with FOR UPDATE SKIP LOCKED.
 -- Every transaction runs as the table's owner (SET LOCAL ROLE), so the owner's
 -- expressions and triggers never run with the caller's rights; tables whose
 -- owner the caller is not a member of are left alone (a WARNING names them).
@@ -194,9 +194,8 @@ BEGIN
                                             THEN s.reltuples / s.relpages ELSE 100 END AS per_block) d;
                 strategy := coalesce(strategy, chosen);
                 IF strategy = 'index' THEN
-                    SELECT x.window_end, x.delete_window, x.delete_window_skip, x.key_rows, x.delete_key_window,
-                           x.delete_key_window_skip, x.next_key
-                      INTO end_sql, del_sql, skip_sql, key_rows_sql, key_sql, key_skip_sql, next_sql
+                    SELECT x.window_end, x.delete_window, x.delete_window_skip, x.key_rows, x.next_key
+                      INTO end_sql, del_sql, skip_sql, key_rows_sql, next_sql
                       FROM ttl.window_sql(p.relid, leaf.oid, cutoff) x;
                 ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
@@ -263,8 +262,11 @@ BEGIN
                     BEGIN
                         EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
                         IF e = k THEN
-                            -- a step of rows or more share this key: its first and last row
+                            -- a step of rows or more share this key: its first and last row,
+                            -- and the statements of its ctid windows
                             EXECUTE key_rows_sql USING k INTO first_tid, last_tid;
+                            SELECT x.delete_key_window, x.delete_key_window_skip INTO key_sql, key_skip_sql
+                              FROM ttl.key_window_sql(p.relid, leaf.oid, cutoff, k) x;
                         END IF;
                     EXCEPTION WHEN query_canceled OR OTHERS THEN
                         SELECT f.status, f.error INTO unit_status, unit_error FROM ttl._unit_failure(SQLSTATE, SQLERRM) f;
@@ -298,7 +300,7 @@ BEGIN
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
                     IF tie_key IS NOT NULL THEN
-                        EXECUTE key_sql USING lo, hi, tie_key;
+                        EXECUTE key_sql USING lo, hi;
                     ELSE
                         EXECUTE del_sql USING lo, hi;
                     END IF;
@@ -309,7 +311,7 @@ BEGIN
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', coalesce(lock_t, '1s'), true);
                         IF tie_key IS NOT NULL THEN
-                            EXECUTE key_skip_sql USING lo, hi, tie_key;
+                            EXECUTE key_skip_sql USING lo, hi;
                         ELSE
                             EXECUTE skip_sql USING lo, hi;
                         END IF;

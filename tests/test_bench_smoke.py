@@ -211,6 +211,25 @@ def test_row_expiry_bench_with_the_expired_rows_at_one_key(tmp_path: Path) -> No
     assert "(one key)" in proc.stdout
 
 
+def test_row_expiry_bench_deletes_by_hand_in_key_windows(tmp_path: Path) -> None:
+    """bench.row_expiry --hand-windows at a tiny scale: the expired rows deleted by hand in
+    key windows of pg_ttl's first sizes, each its own transaction, beside the others."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--rows", "40000", "--shares", "0.5",
+                           "--index", "yes", "--reps", "1", "--hand-windows", "--json", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [r] = json.loads(out.read_text())["results"]
+    # (the bench asserts that each contender deleted exactly the expired rows)
+    [hand] = r["contenders"]["key windows by hand, open session"]["runs"]
+    assert hand["deleted"] == 20_000 and hand["windows"] == 3  # 1,000, 4,000 and the 15,000 left
+    assert r["open_sessions_hand_windows_vs_delete"]["median"] > 0
+    refused = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--tied", "--hand-windows"],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert refused.returncode == 2 and "not with --tied" in refused.stderr
+
+
 def test_sampler_cost_bench_runs_the_sampler_beside_the_load(tmp_path: Path) -> None:
     """The sampler-cost benchmark at a tiny scale: each window carries the load, and the
     sampler's query runs in its windows only, at about its interval."""

@@ -214,6 +214,32 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
     assert _left(db, "w") == (0, ROWS - EXPIRED)
 
 
+def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: psycopg.Connection[Any]) -> None:
+    """CALL ttl.run()'s statement for a key's ctid window (ttl.key_window_sql), planned as
+    its EXECUTE ... USING plans it: a TID range scan, the key cast once as the statement
+    is parsed (a cast of a parameter would be evaluated for every row the scan filters:
+    a timestamp's input function is not immutable)."""
+    _table(db, "w", tied=True)
+    key = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=EXPIRED // 2)
+    [statement] = db.execute("SELECT delete_key_window FROM ttl.key_window_sql('w', 'w', now(), %s)",
+                             (key.isoformat(),)).fetchone()
+    db.execute("""CREATE FUNCTION pg_temp.explain(statement text, lo text, hi text) RETURNS json
+                  LANGUAGE plpgsql AS $$
+                  DECLARE plan json;
+                  BEGIN
+                      EXECUTE 'EXPLAIN (FORMAT JSON) ' || statement INTO plan USING lo, hi;
+                      RETURN plan;
+                  END $$""")
+    [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(100,0)', '(200,0)')", (statement,)).fetchone()
+    db.rollback()
+    [scan] = [n for n in _plans(plan["Plan"]) if n["Node Type"] == "Tid Range Scan"]
+    assert "cstring" not in scan["Filter"] and "2020-01-11 10:00:00+00'::timestamp with time zone" in scan["Filter"]
+
+
+def _plans(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node] + [n for child in node.get("Plans", []) for n in _plans(child)]
+
+
 def test_window_forms_are_read_once_and_fall_back_when_the_policy_went(db: psycopg.Connection[Any]) -> None:
     """The hidden forms come from the database once a run (its own SQL, its constants in
     subqueries); a policy removed meanwhile leaves the run's own forms, not an error."""
