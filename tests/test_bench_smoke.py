@@ -196,16 +196,19 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
 
 
+def _row_expiry(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """bench.row_expiry run with ``args``: its process and the results it wrote."""
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.row_expiry", *args, "--json", str(out)], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())["results"]
+
+
 def test_row_expiry_bench_with_the_expired_rows_at_one_key(tmp_path: Path) -> None:
     """bench.row_expiry --tied at a tiny scale: the expired rows share one created_at, and
     pg_ttl goes through that key's ctid windows (key windows over the index)."""
-    out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--rows", "20000", "--shares", "0.5",
-                           "--index", "yes", "--reps", "1", "--tied", "--json", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [r] = json.loads(out.read_text())["results"]
+    proc, [r] = _row_expiry(tmp_path, "--rows", "20000", "--shares", "0.5", "--index", "yes", "--reps", "1", "--tied")
     # (the bench asserts that each contender deleted exactly the expired rows)
     assert r["tied"] and r["indexed"] and r["expired"] == 10_000 and r["pg_ttl_strategy"] == ["index"]
     assert "(one key)" in proc.stdout
@@ -214,19 +217,15 @@ def test_row_expiry_bench_with_the_expired_rows_at_one_key(tmp_path: Path) -> No
 def test_row_expiry_bench_deletes_by_hand_in_key_windows(tmp_path: Path) -> None:
     """bench.row_expiry --hand-windows at a tiny scale: the expired rows deleted by hand in
     key windows of pg_ttl's first sizes, each its own transaction, beside the others."""
-    out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--rows", "40000", "--shares", "0.5",
-                           "--index", "yes", "--reps", "1", "--hand-windows", "--json", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [r] = json.loads(out.read_text())["results"]
+    _, [r] = _row_expiry(tmp_path, "--rows", "40000", "--shares", "0.5", "--index", "yes", "--reps", "1",
+                         "--hand-windows")
     # (the bench asserts that each contender deleted exactly the expired rows)
     [hand] = r["contenders"]["key windows by hand, open session"]["runs"]
     assert hand["deleted"] == 20_000 and hand["windows"] == 3  # 1,000, 4,000 and the 15,000 left
     assert r["open_sessions_hand_windows_vs_delete"]["median"] > 0
     refused = subprocess.run([sys.executable, "-m", "bench.row_expiry", "--tied", "--hand-windows"],
-                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             timeout=60)
     assert refused.returncode == 2 and "not with --tied" in refused.stderr
 
 

@@ -115,16 +115,15 @@ def _left(db: psycopg.Connection[Any], table: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-@pytest.mark.parametrize("correlated", [True, False])
-def test_window_statements_plan_without_walking_the_last_windows_entries(
-        db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, correlated: bool) -> None:
-    """Fifteen windows, each read then deleted: no statement's planning walks the entries
-    the windows before it left, and a window with a first key is still an index scan,
-    its keys in insertion order or not."""
+def _pass_explained(db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, correlated: bool = True,
+                    tied: bool = False) -> tuple[list[tuple[str, int, list[str]]], int]:
+    """Table w's pass from an engine session that expired another table first (its catalogs
+    cached: planning reads only the table), every statement on w EXPLAINed as it runs; and
+    what planning past one window's entries reads (``_one_walk``)."""
     for name in ("warm", "w"):
-        _table(db, name, correlated)
+        _table(db, name, correlated, tied=tied and name == "w")
     with Engine(dsn_of(db)) as engine:
-        [res] = engine.expire(["warm"])  # the session's catalogs cached: planning reads only the table
+        [res] = engine.expire(["warm"])
         assert res.status == "ok" and res.rows_deleted == EXPIRED
         seen = _explained(monkeypatch, "w")
         [res] = engine.expire(["w"])
@@ -132,6 +131,16 @@ def test_window_statements_plan_without_walking_the_last_windows_entries(
     assert _left(db, "w") == (0, ROWS - EXPIRED)
     walk = _one_walk(db, "w")
     assert walk >= 10  # the measure can fail: a window's entries cost that many pages to plan past
+    return seen, walk
+
+
+@pytest.mark.parametrize("correlated", [True, False])
+def test_window_statements_plan_without_walking_the_last_windows_entries(
+        db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, correlated: bool) -> None:
+    """Fifteen windows, each read then deleted: no statement's planning walks the entries
+    the windows before it left, and a window with a first key is still an index scan,
+    its keys in insertion order or not."""
+    seen, walk = _pass_explained(db, monkeypatch, correlated)
     windows = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" in text]
     reads = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" not in text]
     assert len(windows) >= EXPIRED // WINDOW and len(reads) >= EXPIRED // WINDOW
@@ -146,17 +155,7 @@ def test_a_keys_ctid_windows_plan_without_walking_the_last_windows_entries(
     windows over the other half: the key's ctid windows delete at the index's low end too,
     one after the other; their statements, and the reads of the key's first and last rows,
     hide the cutoff and the key as key windows do; the windows are TID range scans."""
-    for name in ("warm", "w"):
-        _table(db, name, tied=name == "w")
-    with Engine(dsn_of(db)) as engine:
-        [res] = engine.expire(["warm"])
-        assert res.status == "ok" and res.rows_deleted == EXPIRED
-        seen = _explained(monkeypatch, "w")
-        [res] = engine.expire(["w"])
-    assert res.status == "ok" and res.rows_deleted == EXPIRED
-    assert _left(db, "w") == (0, ROWS - EXPIRED)
-    walk = _one_walk(db, "w")
-    assert walk >= 10
+    seen, walk = _pass_explained(db, monkeypatch, tied=True)
     ctid_windows = [(text, pages, nodes) for text, pages, nodes in seen if "DELETE FROM" in text and "ctid" in text]
     assert len(ctid_windows) >= EXPIRED // 2 // WINDOW, seen
     assert [pages for _, pages, _ in ctid_windows if pages >= walk / 2] == [], (walk, ctid_windows)
