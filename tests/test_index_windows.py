@@ -438,3 +438,49 @@ def test_call_run_and_the_engine_size_their_windows_by_one_rule(db: psycopg.Conn
     [res] = expire(dsn, progress=sizes)
     assert res.status == "ok" and res.rows_deleted == 3000
     assert by_call == sizes.deleted == [70, 280, 1120, 1530]
+
+
+@pytest.mark.parametrize(("typ", "key", "unit"), [
+    ("date", "date '2000-01-02'", None),
+    ("timestamp", "timestamp '2000-01-02 10:00'", None),
+    ("int8", "946684800", "seconds"),
+    ("numeric", "946684800.5", "seconds"),
+])
+@pytest.mark.parametrize("runner", ["engine", "CALL ttl.run()"])
+def test_a_key_of_many_rows_over_each_kind_of_ttl_column(db: psycopg.Connection[Any], dsn: str, connect: Any,
+                                                        typ: str, key: str, unit: str | None, runner: str) -> None:
+    """Dates, timestamps and numbers alike: 2,000 rows of one key between keys of one row go
+    in the key's ctid windows, by pg-ttl run and CALL ttl.run() alike; every expired row
+    gone, the live ones kept."""
+    db.execute(f"CREATE TABLE w (id int PRIMARY KEY, v {typ} NOT NULL)")
+    db.execute("CREATE INDEX ON w (v)")
+    step = "g" if typ == "date" else "g * interval '1 s'" if typ == "timestamp" else "g"
+    db.execute(f"INSERT INTO w SELECT g, {key} - {step} FROM generate_series(1, 100) g")
+    db.execute(f"INSERT INTO w SELECT g, {key} FROM generate_series(101, 2100) g")
+    db.execute(f"INSERT INTO w SELECT g, {key} + {step} FROM generate_series(2101, 2200) g")
+    live = "date '2999-01-01'" if typ == "date" else "timestamp '2999-01-01'" if typ == "timestamp" else "32503680000"
+    db.execute(f"INSERT INTO w SELECT g, {live} FROM generate_series(2201, 2300) g")
+    db.execute("ANALYZE w")
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', delete_batch_size => 50,"
+               " delete_rate_limit => 1000000, unit => %s)", (unit,))
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    # each DELETE's rows, and whether they all had the key
+    db.execute("CREATE TABLE deletes (n bigint, of_key boolean)")
+    db.execute(f"CREATE FUNCTION log_deletes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+               f" INSERT INTO deletes SELECT count(*), bool_and(v = {key}) FROM gone HAVING count(*) > 0;"
+               " RETURN NULL; END $$")
+    db.execute("CREATE TRIGGER log_deletes AFTER DELETE ON w REFERENCING OLD TABLE AS gone"
+               " FOR EACH STATEMENT EXECUTE FUNCTION log_deletes()")
+    db.commit()
+    if runner == "engine":
+        [res] = expire(dsn)
+        assert (res.status, res.rows_deleted) == ("ok", 2200)
+    else:
+        connect().execute("CALL ttl.run('w')")
+        assert db.execute("SELECT status, rows_deleted FROM ttl.run_unit").fetchall() == [("ok", 2200)]
+    # (paced: the key's windows hold at most delete_batch_size rows, all of that one key)
+    [(statements, largest, rows)] = db.execute("SELECT count(*), max(n), sum(n) FROM deletes WHERE of_key").fetchall()
+    assert rows == 2000
+    assert statements >= 2000 // 50 and largest <= 50
+    assert db.execute("SELECT count(*), min(id) FROM w").fetchone() == (100, 2201)
+
