@@ -4,7 +4,9 @@ A plain table of ROWS rows (~100 B each) in insertion order (``created_at`` grow
 ``id``, as an event log's does), the oldest SHARE of them expired, with and without a
 btree on the TTL column: each shape built once as a template. With ``--tied`` the
 expired rows all share one ``created_at`` (45 days old: a bulk load stamped with one
-``now()``), which pg_ttl deletes through that key's ctid windows. Contenders, each on a fresh
+``now()``), which pg_ttl deletes through that key's ctid windows. With ``--shuffled`` the
+rows are in random physical order (``created_at`` no longer follows ``id`` on disk): a
+table whose expired rows are spread over every block, swept in block ranges. Contenders, each on a fresh
 prewarmed copy (CREATE DATABASE ... TEMPLATE, then a CHECKPOINT), in turn, rotated from
 repetition to repetition, in one run on one server:
 
@@ -63,6 +65,7 @@ SELECT g, CASE WHEN g <= %(expired)s AND %(tied)s THEN now() - interval '45 days
        rpad(md5(g::text), 100, 'x')
   FROM generate_series(1, %(rows)s) g
 """
+SHUFFLED = " ORDER BY random()"
 INDEX = "CREATE INDEX events_created_at_idx ON events (created_at)"
 EXPIRED = "created_at < now() - interval '30 days'"
 APP = "pg-ttl engine"
@@ -183,13 +186,14 @@ FORCED = {"pg_ttl, row_strategy index": pg_ttl_forced("index"), "pg_ttl, row_str
 
 
 def _template(server: LocalServer, rows: int, share: float, indexed: bool,
-              tied: bool = False) -> tuple[str, int, str]:
-    name = f"rows_{rows}_{round(share * 1000)}_{'ix' if indexed else 'noix'}{'_tied' if tied else ''}"
+              tied: bool = False, shuffled: bool = False) -> tuple[str, int, str]:
+    name = (f"rows_{rows}_{round(share * 1000)}_{'ix' if indexed else 'noix'}{'_tied' if tied else ''}"
+            f"{'_shuffled' if shuffled else ''}")
     dsn = server.create_database(name)
     expired = round(rows * share)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-        conn.execute(FILL, {"rows": rows, "expired": expired, "tied": tied})
+        conn.execute(FILL + (SHUFFLED if shuffled else ""), {"rows": rows, "expired": expired, "tied": tied})
         if indexed:
             conn.execute(INDEX)
         conn.execute("VACUUM (FREEZE, ANALYZE) events")
@@ -201,8 +205,9 @@ def _template(server: LocalServer, rows: int, share: float, indexed: bool,
 
 
 def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: int,
-            strategies: bool = False, tied: bool = False, hand: bool = False) -> dict[str, Any]:
-    template, expired, size = _template(server, rows, share, indexed, tied)
+            strategies: bool = False, tied: bool = False, hand: bool = False,
+            shuffled: bool = False) -> dict[str, Any]:
+    template, expired, size = _template(server, rows, share, indexed, tied, shuffled)
     contenders = {**CONTENDERS, **(FORCED if strategies and indexed else {}), **(HAND if hand else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     names = list(contenders)
@@ -232,7 +237,8 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                 admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(copy)))
             runs[name].append({"seconds": wall, "rows_per_second": expired / wall, "load_before": load,
                                "longest_transaction_s": longest.longest, **out})
-            print(f"  {rows:,} rows, {share:.0%} expired{' (one key)' if tied else ''}, "
+            print(f"  {rows:,} rows, {share:.0%} expired{' (one key)' if tied else ''}"
+                  f"{', random order' if shuffled else ''}, "
                   f"{'index' if indexed else 'no index'}, rep {rep + 1}: "
                   f"{name}: {wall:.3f} s", flush=True)
     ours, raw, proc = runs["pg_ttl"], runs["one DELETE"], runs["CALL ttl.run()"]
@@ -240,7 +246,8 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
     open_vs_raw = [b["seconds"] / a["seconds"]
                    for a, b in zip(runs["pg_ttl, open session"], runs["one DELETE, open session"], strict=True)]
     proc_vs = [a["seconds"] / b["seconds"] for a, b in zip(ours, proc, strict=True)]
-    return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "tied": tied, "table_size": size,
+    return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "tied": tied, "shuffled": shuffled,
+            "table_size": size,
             "contenders": {name: {"seconds": statistics.median(r["seconds"] for r in done),
                                   "seconds_min": min(r["seconds"] for r in done),
                                   "seconds_max": max(r["seconds"] for r in done), "runs": done}
@@ -272,6 +279,8 @@ def main() -> None:
                         help="with an index, also pg_ttl with row_strategy forced to index and to ctid")
     parser.add_argument("--tied", action="store_true",
                         help="the expired rows share one created_at (a bulk load stamped with one now())")
+    parser.add_argument("--shuffled", action="store_true",
+                        help="the rows in random physical order (created_at no longer follows the table's order)")
     parser.add_argument("--hand-windows", action="store_true",
                         help="also delete the rows by hand in key windows of pg_ttl's sizes, each its own transaction"
                              " (what short transactions alone cost; not with --tied)")
@@ -288,10 +297,10 @@ def main() -> None:
             for share in args.shares:
                 for indexed in {"both": (False, True), "yes": (True,), "no": (False,)}[args.index]:
                     results.append(measure(server, rows, share, indexed, args.reps, args.strategies, args.tied,
-                                           args.hand_windows))
+                                           args.hand_windows, args.shuffled))
     finally:
         server.cleanup()
-    print(f"\n{server.version}; rows in insertion order, the oldest expired"
+    print(f"\n{server.version}; rows {'in random order' if args.shuffled else 'in insertion order'}, the oldest expired"
           f"{' (all at one created_at)' if args.tied else ''}; median of {args.reps}; "
           f"load average {loadavg_text()}\n")
     print("| rows | expired | index | pg_ttl s | CALL ttl.run() s | one DELETE s | pg_ttl vs DELETE (rows/s) "

@@ -212,6 +212,10 @@ def test_row_expiry_bench_with_the_expired_rows_at_one_key(tmp_path: Path) -> No
     # (the bench asserts that each contender deleted exactly the expired rows)
     assert r["tied"] and r["indexed"] and r["expired"] == 10_000 and r["pg_ttl_strategy"] == ["index"]
     assert "(one key)" in proc.stdout
+    # in random order: every block holds expired rows, swept in block ranges
+    _, [r] = _row_expiry(tmp_path, "--rows", "20000", "--shares", "0.5", "--index", "yes", "--reps", "1", "--tied",
+                         "--shuffled")
+    assert r["tied"] and r["shuffled"] and r["pg_ttl_strategy"] == ["ctid"]
 
 
 def test_row_expiry_bench_deletes_by_hand_in_key_windows(tmp_path: Path) -> None:
