@@ -62,7 +62,7 @@ $fn$;
 -- row there). The cutoff is hidden from the planner's estimates (ttl._constant_sql):
 -- CALL ttl.run() plans every range anew, and a sweep may delete at the low end of an
 -- index on the TTL column (many rows at one old key in a table in random order), whose
--- dead entries each estimate would walk (10M rows, half at one key: 5.7 s, 2.9 s hidden).
+-- dead entries each estimate would walk.
 CREATE OR REPLACE FUNCTION ttl.delete_rows_sql(tbl regclass, part regclass, cutoff timestamptz,
                                                skip_locked boolean DEFAULT false)
 RETURNS text
