@@ -290,8 +290,10 @@ $fn$;
 --   delete_key_window_skip: the same, leaving rows an application holds locked.
 -- The key is a literal, cast as the statement is parsed: as a parameter its cast (a
 -- timestamp's input function is not immutable) would be evaluated for every row the scan
--- filters, and in a subquery the planner, estimating it blind, scans the key's index
--- entries instead of the range.
+-- filters. Its test is wrapped in IS TRUE, which no index serves: with the bare
+-- comparison (or the key in a subquery) the planner may scan the key's index entries,
+-- every row of the key, for a window instead of its range; a NULL never expires, so IS
+-- TRUE changes no row's fate.
 CREATE OR REPLACE FUNCTION ttl.key_window_sql(tbl regclass, part regclass, cutoff timestamptz, key text,
                                               OUT delete_key_window text, OUT delete_key_window_skip text)
 LANGUAGE plpgsql STABLE
@@ -302,7 +304,7 @@ DECLARE
     range text;
 BEGIN
     SELECT * INTO u FROM ttl._unit_expiry_sql(tbl, part, cutoff, true);
-    SELECT format('%I OPERATOR(pg_catalog.=) CAST(%L AS %s)', ttl._attname(p.relid, p.ttl_attnum), key,
+    SELECT format('(%I OPERATOR(pg_catalog.=) CAST(%L AS %s)) IS TRUE', ttl._attname(p.relid, p.ttl_attnum), key,
                   format_type(p.ttl_atttypid, NULL))
            || ' AND ctid OPERATOR(pg_catalog.>) CAST($1::text AS pg_catalog.tid)'
            || ' AND ctid OPERATOR(pg_catalog.<=) CAST($2::text AS pg_catalog.tid)'

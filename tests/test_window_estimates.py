@@ -215,9 +215,11 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
 
 def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: psycopg.Connection[Any]) -> None:
     """CALL ttl.run()'s statement for a key's ctid window (ttl.key_window_sql), planned as
-    its EXECUTE ... USING plans it: a TID range scan, the key cast once as the statement
-    is parsed (a cast of a parameter would be evaluated for every row the scan filters:
-    a timestamp's input function is not immutable)."""
+    its EXECUTE ... USING plans it: a TID range scan, the key cast once as the statement is
+    parsed (a cast of a parameter would be evaluated for every row the scan filters: a
+    timestamp's input function is not immutable), and no index scan on the key, even with
+    TID scans off (a bare comparison lets the planner scan every row of the key instead of
+    the window's range)."""
     _table(db, "w", tied=True)
     key = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=EXPIRED // 2)
     [statement] = db.execute("SELECT delete_key_window FROM ttl.key_window_sql('w', 'w', now(), %s)",
@@ -230,9 +232,13 @@ def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: ps
                       RETURN plan;
                   END $$""")
     [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(100,0)', '(200,0)')", (statement,)).fetchone()
-    db.rollback()
     [scan] = [n for n in _plans(plan["Plan"]) if n["Node Type"] == "Tid Range Scan"]
     assert "cstring" not in scan["Filter"] and "2020-01-11 10:00:00+00'::timestamp with time zone" in scan["Filter"]
+    db.execute("SET LOCAL enable_tidscan = off")
+    [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(100,0)', '(200,0)')", (statement,)).fetchone()
+    db.rollback()
+    conditions = [n.get("Index Cond", "") for n in _plans(plan["Plan"])]
+    assert not [c for c in conditions if "2020-01-11" in c], conditions
 
 
 def _plans(node: dict[str, Any]) -> list[dict[str, Any]]:

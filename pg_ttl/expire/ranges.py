@@ -96,11 +96,6 @@ def set_lock_timeout(ctx: UnitContext, value: str) -> None:
         ctx.lock_timeout = value
 
 
-# A position in (TTL column, ctid) order: a key and the ctid of a row with that key,
-# or None for "past every row of that key".
-Position = tuple[str, str | None]
-
-
 def _op(op: str) -> sql.Composable:
     # Operators from pg_catalog whatever the search_path (as the predicate does).
     return sql.SQL("OPERATOR(pg_catalog.{})").format(sql.SQL(op))
@@ -110,28 +105,14 @@ def _tid(value: str) -> sql.Composable:
     return sql.SQL("CAST({} AS pg_catalog.tid)").format(sql.Literal(value))
 
 
-def _after(ctx: UnitContext, pos: Position) -> sql.Composable:
-    """Rows after ``pos``: an index range on the key (the row comparison's first column)."""
-    key, tid = pos
-    k = ctx.pred.cast(sql.Literal(key))
-    if tid is None:
-        return sql.SQL("{} {} {}").format(ctx.pred.column, _op(">"), k)
-    return sql.SQL("ROW({}, ctid) {} ROW({}, {})").format(ctx.pred.column, _op(">"), k, _tid(tid))
-
-
-def _key_range(ctx: UnitContext, lo: Position | None, hi: tuple[str, str]) -> sql.Composable:
-    """Rows in (lo, hi]. Within one key a ctid range (a TID range scan: an index range
-    on the key would read every row of the key to find these); across keys row
-    comparisons (an index range on the key, reading at most the rows of its two ends)."""
-    col = ctx.pred.column
-    key, tid = hi
-    if lo is not None and lo[0] == key and lo[1] is not None:
-        return sql.SQL("{col} {eq} {k} AND ctid {gt} {lo} AND ctid {le} {hi}").format(
-            col=col, eq=_op("="), k=ctx.pred.cast(sql.Literal(key)), gt=_op(">"), lo=_tid(lo[1]), le=_op("<="),
-            hi=_tid(tid))
-    upper = sql.SQL("ROW({}, ctid) {} ROW({}, {})").format(col, _op("<="), ctx.pred.cast(sql.Literal(key)),
-                                                          _tid(tid))
-    return upper if lo is None else sql.SQL("{} AND {}").format(_after(ctx, lo), upper)
+def _key_window(ctx: UnitContext, key: str, lo: str, hi: str) -> sql.Composable:
+    """The rows of one key in the ctid range (lo, hi]: a TID range scan. The key's test is
+    wrapped in IS TRUE, which no index serves: with the bare comparison the planner may
+    scan the key's index entries (every row of the key) for a window instead of its range
+    (the same where a NULL is: a NULL never expires). As ttl.key_window_sql writes it."""
+    return sql.SQL("({col} {eq} {k}) IS TRUE AND ctid {gt} {lo} AND ctid {le} {hi}").format(
+        col=ctx.pred.column, eq=_op("="), k=ctx.pred.cast(sql.Literal(key)), gt=_op(">"), lo=_tid(lo), le=_op("<="),
+        hi=_tid(hi))
 
 
 # The key ``step`` rows on from a window's start among the expired rows, in the btree's
@@ -360,7 +341,7 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
     while lo < end and not ctx.stopping():
         hi = min(end, lo + span)
         before, started = ctx.deleted, time.monotonic()
-        yield [Chunk(_key_range(ctx, (key, _tid_text(lo, slots)), (key, _tid_text(hi, slots))), -1,
+        yield [Chunk(_key_window(ctx, key, _tid_text(lo, slots), _tid_text(hi, slots)), -1,
                      {"strategy": "index", "key": key, "ctid": _tid_text(hi, slots)}, expired=expired)]
         deleted = ctx.deleted - before
         size = WindowSize(deleted, deleted, time.monotonic() - started, ctx.paced())
