@@ -224,13 +224,7 @@ def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: ps
     key = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=EXPIRED // 2)
     [statement] = db.execute("SELECT delete_key_window FROM ttl.key_window_sql('w', 'w', now(), %s)",
                              (key.isoformat(),)).fetchone()
-    db.execute("""CREATE FUNCTION pg_temp.explain(statement text, lo text, hi text) RETURNS json
-                  LANGUAGE plpgsql AS $$
-                  DECLARE plan json;
-                  BEGIN
-                      EXECUTE 'EXPLAIN (FORMAT JSON) ' || statement INTO plan USING lo, hi;
-                      RETURN plan;
-                  END $$""")
+    _explain_ranges(db)
     [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(100,0)', '(200,0)')", (statement,)).fetchone()
     [scan] = [n for n in _plans(plan["Plan"]) if n["Node Type"] == "Tid Range Scan"]
     assert "cstring" not in scan["Filter"] and "2020-01-11 10:00:00+00'::timestamp with time zone" in scan["Filter"]
@@ -239,6 +233,18 @@ def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: ps
     db.rollback()
     conditions = [n.get("Index Cond", "") for n in _plans(plan["Plan"])]
     assert not [c for c in conditions if "2020-01-11" in c], conditions
+
+
+def _explain_ranges(db: psycopg.Connection[Any]) -> None:
+    """pg_temp.explain(statement, lo, hi): ``statement``'s plan (with the pages its planning
+    read) as PL/pgSQL's EXECUTE ... USING lo, hi plans it, as CALL ttl.run() runs a range."""
+    db.execute("""CREATE FUNCTION pg_temp.explain(statement text, lo text, hi text) RETURNS json
+                  LANGUAGE plpgsql AS $$
+                  DECLARE plan json;
+                  BEGIN
+                      EXECUTE 'EXPLAIN (BUFFERS, FORMAT JSON) ' || statement INTO plan USING lo, hi;
+                      RETURN plan;
+                  END $$""")
 
 
 def _plans(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -252,13 +258,7 @@ def test_call_run_block_ranges_plan_without_walking_the_entries_deleted_before(d
     cutoff hidden, its planning walks none of their entries."""
     _table(db, "w")
     [statement] = db.execute("SELECT ttl.delete_rows_sql('w', 'w', now())").fetchone()
-    db.execute("""CREATE FUNCTION pg_temp.explain(statement text, lo text, hi text) RETURNS json
-                  LANGUAGE plpgsql AS $$
-                  DECLARE plan json;
-                  BEGIN
-                      EXECUTE 'EXPLAIN (BUFFERS, FORMAT JSON) ' || statement INTO plan USING lo, hi;
-                      RETURN plan;
-                  END $$""")
+    _explain_ranges(db)
     db.commit()
     _delete_a_window(db, "w")
     [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(0,0)', '(10,0)')", (statement,)).fetchone()
