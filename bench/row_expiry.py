@@ -242,20 +242,15 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                   f"{'index' if indexed else 'no index'}, rep {rep + 1}: "
                   f"{name}: {wall:.3f} s", flush=True)
     ours, raw, proc = runs["pg_ttl"], runs["one DELETE"], runs["CALL ttl.run()"]
-    vs_raw = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
-    open_vs_raw = [b["seconds"] / a["seconds"]
-                   for a, b in zip(runs["pg_ttl, open session"], runs["one DELETE, open session"], strict=True)]
-    proc_vs = [a["seconds"] / b["seconds"] for a, b in zip(ours, proc, strict=True)]
     return {"rows": rows, "expired": expired, "share": share, "indexed": indexed, "tied": tied, "shuffled": shuffled,
             "table_size": size,
             "contenders": {name: {"seconds": statistics.median(r["seconds"] for r in done),
                                   "seconds_min": min(r["seconds"] for r in done),
                                   "seconds_max": max(r["seconds"] for r in done), "runs": done}
                            for name, done in runs.items()},
-            "pg_ttl_vs_delete": {"median": statistics.median(vs_raw), "min": min(vs_raw), "max": max(vs_raw)},
-            "open_sessions_pg_ttl_vs_delete": {"median": statistics.median(open_vs_raw), "min": min(open_vs_raw),
-                                               "max": max(open_vs_raw)},
-            "call_run_vs_pg_ttl": {"median": statistics.median(proc_vs), "min": min(proc_vs), "max": max(proc_vs)},
+            "pg_ttl_vs_delete": _paired(ours, raw),
+            "open_sessions_pg_ttl_vs_delete": _paired(runs["pg_ttl, open session"], runs["one DELETE, open session"]),
+            "call_run_vs_pg_ttl": _paired(proc, ours),
             **({"open_sessions_hand_windows_vs_delete": _paired(runs["key windows by hand, open session"],
                                                                 runs["one DELETE, open session"])} if hand else {}),
             "pg_ttl_strategy": ours[0].get("strategy"),
@@ -263,7 +258,8 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
 
 
 def _paired(ours: list[dict[str, Any]], raw: list[dict[str, Any]]) -> dict[str, float]:
-    """Rows/s of ``ours`` over ``raw``'s, paired per repetition: median, min, max."""
+    """Rows/s of ``ours`` over ``raw``'s (``raw``'s seconds over ours), paired per repetition:
+    median, min, max."""
     ratios = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
