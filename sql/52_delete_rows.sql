@@ -176,6 +176,44 @@ BEGIN
 END
 $fn$;
 
+-- The statement reading the first and the last row of one key of a unit, for pg-ttl run,
+-- the worker and CALL ttl.run() alike: $1 the key (text); returns the ctids of its first
+-- and last row, as text (NULL, NULL: no row has the key). A btree built by PostgreSQL 12
+-- or later keeps one key's rows in ctid order, ascending whichever way the index is
+-- ordered, so its first rows come first in a scan one way and its last ones in the other:
+-- both ways are read, block_size / 6 entries each (more ctids than a page holds: a
+-- posting list counts for many), so that either index order gives both ends. The key is
+-- hidden from the planner's estimates (the windows before left dead entries at the
+-- index's low end). Callers run it as the table's owner.
+CREATE OR REPLACE FUNCTION ttl.key_rows_sql(tbl regclass, part regclass) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    target text;
+    col text;
+    typ text;
+    key_is text;
+BEGIN
+    SELECT format('%I', ttl._attname(p.relid, p.ttl_attnum)), format_type(p.ttl_atttypid, NULL)
+      INTO col, typ FROM ttl.policy p WHERE p.relid = tbl;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO target
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+    IF col IS NULL OR target IS NULL THEN
+        RAISE EXCEPTION 'table % has no TTL column to read a key''s rows by', tbl
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    key_is := format('%1$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %2$s))'
+                     ' AND %1$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %2$s))', col, typ);
+    RETURN format('SELECT CAST(pg_catalog.min(s.c) AS text), CAST(pg_catalog.max(s.c) AS text) FROM ('
+                  '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s ORDER BY %3$s'
+                  ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)'
+                  ' UNION ALL '
+                  '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s ORDER BY %3$s DESC'
+                  ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)) s', target, key_is, col);
+END
+$fn$;
+
 -- Key windows over a btree on the TTL column (the 'index' strategy of
 -- ttl.row_strategy): the statements CALL ttl.run() executes. A window is the
 -- rows of keys [k1, k2), k2 read as the key `step` expired rows on from k1 (keys
@@ -197,9 +235,7 @@ $fn$;
 -- A key with a step of rows or more (a bulk load stamped with one now()) is deleted in
 -- ctid windows between its first and last row (ttl.key_window_slots sizes them):
 --   key_rows:           $1 the key (text); returns the ctids of its first and last row
---                       (a btree built by PostgreSQL 12 or later keeps one key's rows in
---                       ctid order, whichever way the index is ordered: block_size / 6
---                       entries are read from each end), as text.
+--                       (ttl.key_rows_sql).
 --   next_key:           $1 a key; returns the first expired key past it (text), or NULL.
 DROP FUNCTION IF EXISTS ttl.window_sql(regclass, regclass, timestamptz);
 CREATE FUNCTION ttl.window_sql(tbl regclass, part regclass, cutoff timestamptz,
@@ -234,14 +270,7 @@ BEGIN
                    col, typ);
     delete_window := ttl._delete_sql(u.target, keys, u.expired, false);
     delete_window_skip := ttl._delete_sql(u.target, keys, u.expired, true);
-    key_rows := format('SELECT CAST(pg_catalog.min(s.c) AS text), CAST(pg_catalog.max(s.c) AS text) FROM ('
-                       '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %3$s))'
-                       ' AND %2$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %3$s)) ORDER BY %2$s'
-                       ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)'
-                       ' UNION ALL '
-                       '(SELECT ctid AS c FROM ONLY %1$s WHERE %2$s OPERATOR(pg_catalog.>=) (SELECT CAST($1::text AS %3$s))'
-                       ' AND %2$s OPERATOR(pg_catalog.<=) (SELECT CAST($1::text AS %3$s)) ORDER BY %2$s DESC'
-                       ' LIMIT pg_catalog.current_setting(''block_size'')::int / 6)) s', u.target, col, typ);
+    key_rows := ttl.key_rows_sql(tbl, part);
     next_key := format('SELECT CAST(pg_catalog.min(%1$s) AS text) FROM ONLY %2$s WHERE %3$s'
                        ' AND %1$s OPERATOR(pg_catalog.>) (SELECT CAST($1::text AS %4$s))', col, u.target, u.bound, typ);
 END

@@ -307,9 +307,9 @@ def test_call_run_killed_in_a_keys_ctid_windows_is_resumed_by_the_engine_after_i
     starts: list[str] = []
     original = ranges._tie_batches
 
-    def recording(ctx: Any, key: str, start: str) -> Any:
+    def recording(ctx: Any, key: str, start: str, *rest: Any) -> Any:
         starts.append(start)
-        return original(ctx, key, start)
+        return original(ctx, key, start, *rest)
 
     monkeypatch.setattr(ranges, "_tie_batches", recording)
     [res] = expire(dsn)

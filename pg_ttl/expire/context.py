@@ -146,6 +146,7 @@ class UnitContext:
     removed: str | None = None  # 'drop' | 'detach': a partition exported whole went (tiers/exports.py)
     lock_timeout: str | None = None  # the session's lock_timeout when rows.py changed it
     block_delete: dict[bool, str] = field(default_factory=dict)  # rows.py: DELETE by skip_locked
+    key_rows: str | None = None  # ranges.py: a key's first and last row (ttl.key_rows_sql)
     # (blocks now, reltuples, relpages) as read when the unit's strategy was chosen (rows.py)
     size: tuple[int, float, int] | None = None
     # the strategy and the estimate of expired rows, when chosen before the unit was claimed

@@ -269,45 +269,29 @@ def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
     return Chunk(where, -1, {"strategy": "index", "from": end}, expired=_window_expiry(ctx, start)[0])
 
 
-# The smallest ({agg} min) or the largest ({agg} max) ctid of one key: a btree built by
-# PostgreSQL 12 or later keeps the rows of one key in ctid order, ascending whether the
-# index is on the column ascending or descending; so the key's first rows come first in a
-# scan one way, its last ones in the other. Both ways are read, block_size / 6 rows each
-# (more ctids than a page holds: a posting list counts for many), so that either index
-# order gives both ends. The key is hidden from the planner's estimates (the windows before
-# left dead entries at the index's low end). Also the tuple slots of a block
+# A key's first and last row (ttl.key_rows_sql, $1 the key), the tuple slots of a block
 # (ttl.block_slots) and {first}, the slots of the key's first ctid window.
-TIE_BOUND = """
-SELECT CAST({agg}(c) AS text), ttl.block_slots(), {first} FROM (
-  (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col}
-    LIMIT CAST(current_setting('block_size') AS int) / 6)
-  UNION ALL
-  (SELECT ctid AS c FROM ONLY {t} WHERE {col} {ge} {k} AND {col} {le} {k} ORDER BY {col} DESC
-    LIMIT CAST(current_setting('block_size') AS int) / 6)) s
-"""
-
-
-def _tie_bound(ctx: UnitContext, key: str, agg: str,
-               first: sql.Composable | None = None) -> tuple[str | None, int, int | None]:
-    """The key's first (``min``) or last (``max``) row, the tuple slots of a block, and
-    ``first`` (the slots of the key's first window, or NULL)."""
-    set_lock_timeout(ctx, ctx.settings.lock_timeout)
-    row = execute(ctx, sql.SQL(TIE_BOUND).format(agg=sql.SQL(agg), t=ctx.unit.ident, col=ctx.pred.column,
-                                                ge=_op(">="), le=_op("<="), k=_hidden(ctx, key),
-                                                first=first or sql.SQL("NULL"))).fetchone()
-    assert row is not None
-    return (None if row[0] is None else str(row[0])), int(row[1]), (None if row[2] is None else int(row[2]))
+KEY_ROWS = "SELECT r.*, ttl.block_slots(), {first} FROM ({key_rows}) r"
 
 
 def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterator[list[Chunk]]:
     """The rows of one key with more rows than a window holds, in ctid windows
-    (``_tie_batches``): from its first row, or after the row ``after``."""
-    if after is None:
-        first, _, _ = _tie_bound(ctx, key, "min")
-        if first is None:
-            return
-        after = f"({_block_of(first)},0)"  # the block of the key's first row on
-    yield from _tie_batches(ctx, key, after)
+    (``_tie_batches``): from its first row, or after the row ``after``. Its first and last
+    row are read in one statement (ttl.key_rows_sql, read once a unit)."""
+    if ctx.key_rows is None:
+        row = ctx.conn.execute("SELECT ttl.key_rows_sql(%s, %s)", (ctx.policy.relid, ctx.unit.relid)).fetchone()
+        assert row is not None
+        ctx.key_rows = str(row[0])
+    _, per_block = unit_size(ctx)
+    set_lock_timeout(ctx, ctx.settings.lock_timeout)
+    row = execute(ctx, sql.SQL(KEY_ROWS).format(key_rows=sql.SQL(ctx.key_rows), first=sql.SQL(SLOTS).format(
+        rows=sql.Literal(ctx.policy.delete_batch_size), paced=sql.Literal(ctx.paced()), density=sql.SQL("NULL"),
+        per_block=sql.Literal(per_block))), raw_params=(key,)).fetchone()
+    assert row is not None
+    if row[1] is None:  # its rows went meanwhile
+        return
+    start = after if after is not None else f"({_block_of(str(row[0]))},0)"  # the block of its first row on
+    yield from _tie_batches(ctx, key, start, str(row[1]), int(row[2]), int(row[3]), per_block)
 
 
 # The tuple slots a key's ctid window spans (ttl.key_window_slots), from its rows
@@ -315,9 +299,11 @@ def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterato
 SLOTS = "ttl.key_window_slots({rows}, {paced}, {density}, {per_block})"
 
 
-def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]]:
-    """The rows of one key from ctid ``start`` (exclusive) to its last row, in ctid windows
-    (lo, hi] deleted one a transaction, sized as key windows are (ttl.window_rows: from
+def _tie_batches(ctx: UnitContext, key: str, start: str, last: str, slots: int, span: int,
+                 per_block: float) -> Iterator[list[Chunk]]:
+    """The rows of one key from ctid ``start`` (exclusive) to its last row ``last``, in ctid
+    windows (lo, hi] deleted one a transaction (a block holds ``slots`` tuple slots, the
+    first window spans ``span``), sized as key windows are (ttl.window_rows: from
     delete_batch_size rows toward ~50 ms, each at most four times the rows the last one
     deleted), without reading a row to plan them (a TID range scan each: an index range on
     the key would read every row of the key to find these). A window is a range of tuple
@@ -329,13 +315,6 @@ def _tie_batches(ctx: UnitContext, key: str, start: str) -> Iterator[list[Chunk]
     windows (only if the index is not in ctid order within a key, i.e. built before
     PostgreSQL 12), are left to the next run, whose first select batch starts at them.
     """
-    _, per_block = unit_size(ctx)
-    last, slots, span = _tie_bound(ctx, key, "max", sql.SQL(SLOTS).format(
-        rows=sql.Literal(ctx.policy.delete_batch_size), paced=sql.Literal(ctx.paced()), density=sql.SQL("NULL"),
-        per_block=sql.Literal(per_block)))
-    if last is None:
-        return
-    assert span is not None
     expired, _ = window_forms(ctx.conn, ctx.policy.relid, ctx.pred)
     lo, end = _slot(start, slots), _slot(last, slots)
     while lo < end and not ctx.stopping():
