@@ -24,7 +24,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import plots
 from bench.orphans import LongestTransaction
+from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import loadavg_text
 from pg_ttl import install
@@ -119,7 +121,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3,
                         help="rounds; each runs both contenders on fresh copies, in alternating order")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also plot seconds per million due values and the longest transaction against the"
+                             " rows (needs matplotlib: pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
     args = parser.parse_args()
+    if args.from_json is not None:
+        _report(json.loads(args.from_json.read_text()), args.plot)
+        return
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "1GB",
                                    "max_wal_size": "8GB", "autovacuum": "off"})
     server.start()
@@ -129,20 +139,36 @@ def main() -> None:
             results[rows] = measure(server, rows, args.reps)
     finally:
         server.cleanup()
-    load = loadavg_text()
-    print(f"{server.version}; rows ~100 B, half the values due, btree on the TTL column; median of {args.reps} "
-          f"rounds; load average {load}\n")
+    saved = {"server": server.version, "load_average": loadavg_text(), "reps": args.reps, "results": results}
+    if args.json:
+        args.json.write_text(json.dumps(saved, indent=2))
+    _report(json.loads(json.dumps(saved)), args.plot)  # (as --from-json reads it: sizes as text)
+
+
+def _report(saved: dict[str, Any], plot: Path | None) -> None:
+    """The table of a run's results (as --json writes them; before 2026-11-29, the results
+    alone), and its plot."""
+    results: dict[str, dict[str, dict[str, Any]]] = saved.get("results", saved)
+    print(f"{saved.get('server', 'PostgreSQL')}; rows ~100 B, half the values due, btree on the TTL column; "
+          f"median of {saved.get('reps', '?')} rounds; load average {saved.get('load_average', '?')}\n")
     print("| rows | contender | seconds | values/s | vs the UPDATE (rounds) | longest transaction |")
     print("|---|---|---|---|---|---|")
-    for rows, by in results.items():
+    cost = Panel("rows in the table", "seconds per million due values", logx=True)
+    ratio = Panel("rows in the table", "pg_ttl values/s over the UPDATE's", goal=(0.8, "goal (0.8x)"), logx=True)
+    longest = Panel("rows in the table", "longest transaction (ms)", goal=(200, "goal (200 ms, pg_ttl)"), logx=True)
+    for rows, by in sorted(results.items(), key=lambda item: int(item[0])):
         base = by[UPDATE]["values_per_second"]
         for name, r in by.items():
             rounds = r.get("vs_update_per_round")
             spread = f" ({min(rounds):.2f}-{max(rounds):.2f})" if rounds else ""
-            print(f"| {rows:,} | {name} | {r['seconds']:.2f} | {r['values_per_second']:,.0f} | "
+            print(f"| {int(rows):,} | {name} | {r['seconds']:.2f} | {r['values_per_second']:,.0f} | "
                   f"{r['values_per_second'] / base:.2f} x{spread} | {r['longest_transaction_seconds'] * 1000:.0f} ms |")
-    if args.json:
-        args.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
+            cost.add(name, int(rows), r["seconds"] / r["due"] * 1e6)
+            if name != UPDATE:
+                ratio.add(name, int(rows), r["values_per_second"] / base)
+                longest.add(name, int(rows), r["longest_transaction_seconds"] * 1000)
+    if plot is not None:
+        plots.save(plot, "Column TTL: half the values of a table nulled", [cost, ratio, longest])
 
 
 if __name__ == "__main__":

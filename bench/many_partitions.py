@@ -10,7 +10,7 @@ contenders on two databases built alike, in one run on one server:
 
 Reported: seconds and milliseconds per dropped partition, statements per dropped
 partition (``pg_stat_statements``, top level), pg_ttl's time over the hand loop's, and
-that the same partitions are left. ``--json FILE`` also writes the numbers.
+that the same partitions are left. ``--json FILE`` also writes the numbers, ``--plot PNG`` plots them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import plots
+from bench.plots import Panel
 from bench.server import loadavg_text, statement_calls
 from pg_ttl import install
 from pg_ttl.expire import expire
@@ -96,7 +98,15 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--reps", type=int, default=3, help="rounds per size, each on newly built databases")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also plot ms and statements per dropped partition against the partitions"
+                             " (needs matplotlib: pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
     args = parser.parse_args()
+    if args.from_json is not None:
+        _report(json.loads(args.from_json.read_text()), args.plot)
+        return
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "512MB",
                                    "max_locks_per_transaction": "1024", "autovacuum": "off",
                                    "shared_preload_libraries": "pg_stat_statements",
@@ -114,19 +124,40 @@ def main() -> None:
                       f"{r['vs_hand']:.2f}x the hand loop", file=sys.stderr, flush=True)
     finally:
         server.cleanup()
-    load = loadavg_text()
-    print(f"{server.version}; {ROWS} rows per partition; median of {args.reps} rounds; load average {load}\n")
+    saved = {"server": server.version, "load_average": loadavg_text(), "results": results}
+    if args.json:
+        args.json.write_text(json.dumps(saved, indent=2))
+    _report(json.loads(json.dumps(saved)), args.plot)  # (as --from-json reads it: sizes as text)
+
+
+MEDIANS = ("ms_per_dropped", "statements_per_dropped", "hand_ms_per_dropped", "vs_hand")
+
+
+def _report(saved: dict[str, Any], plot: Path | None) -> None:
+    """The table of a run's results (as --json writes them), and its plot."""
+    results: dict[str, list[dict[str, Any]]] = saved["results"]
+    reps = max((len(rs) for rs in results.values()), default=0)
+    print(f"{saved.get('server', 'PostgreSQL')}; {ROWS} rows per partition; median of {reps} rounds; "
+          f"load average {saved['load_average']}\n")
     print("| partitions | dropped | pg_ttl ms / dropped | statements / dropped | hand DROP ms / dropped | "
           "pg_ttl vs hand (rounds) | correct |")
     print("|---|---|---|---|---|---|---|")
-    for n, rs in results.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in ("ms_per_dropped", "statements_per_dropped",
-                                                               "hand_ms_per_dropped", "vs_hand")}
-        print(f"| {n:,} | {rs[0]['dropped']} | {med['ms_per_dropped']:.2f} | {med['statements_per_dropped']:.1f} | "
-              f"{med['hand_ms_per_dropped']:.2f} | {med['vs_hand']:.2f}x ({min(r['vs_hand'] for r in rs):.2f}-"
-              f"{max(r['vs_hand'] for r in rs):.2f}) | {all(r['correct'] for r in rs)} |")
-    if args.json:
-        args.json.write_text(json.dumps({"load_average": load, "results": results}, indent=2))
+    ms = Panel("partitions", "ms per dropped partition", goal=(2, "goal (2 ms)"), logx=True)
+    statements = Panel("partitions", "statements per dropped partition", goal=(4, "goal (4)"), logx=True)
+    ratio = Panel("partitions", "pg_ttl's time over the hand loop's", goal=(1.5, "goal (1.5x)"), logx=True)
+    for n, rs in sorted(results.items(), key=lambda item: int(item[0])):
+        med = {k: statistics.median(r[k] for r in rs) for k in MEDIANS}
+        print(f"| {int(n):,} | {rs[0]['dropped']} | {med['ms_per_dropped']:.2f} | "
+              f"{med['statements_per_dropped']:.1f} | {med['hand_ms_per_dropped']:.2f} | {med['vs_hand']:.2f}x "
+              f"({min(r['vs_hand'] for r in rs):.2f}-{max(r['vs_hand'] for r in rs):.2f}) | "
+              f"{all(r['correct'] for r in rs)} |")
+        ms.add("pg_ttl (API)", int(n), med["ms_per_dropped"])
+        ms.add("hand-written DROP loop", int(n), med["hand_ms_per_dropped"])
+        statements.add("pg_ttl (API)", int(n), med["statements_per_dropped"])
+        ratio.add("pg_ttl (API)", int(n), med["vs_hand"])
+    if plot is not None:
+        plots.save(plot, f"Dropping expired partitions of {ROWS:,} rows (median of {reps} rounds)",
+                   [ms, statements, ratio])
 
 
 if __name__ == "__main__":

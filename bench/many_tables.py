@@ -28,6 +28,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import plots
+from bench.plots import Panel
 from bench.server import loadavg_text, statement_calls
 from pg_ttl import install
 from pg_ttl.localserver import LocalServer
@@ -176,29 +178,13 @@ def _report(results: list[dict[str, Any]], load: str, version: str | None, plot:
 
 
 def _plot(results: list[dict[str, Any]], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("--plot needs matplotlib: pip install 'pg-ttl[bench]'")
-    tables = [r["tables"] for r in results]
-    fig, (ms, stmts) = plt.subplots(1, 2, figsize=(10, 4))
-    fig.suptitle("pg-ttl worker --once, first pass over N tables of 10 rows")
-    ms.plot(tables, [r["worker"]["ms_per_table"] for r in results], "o-", label="worker")
-    ms.plot(tables, [r["hand_loop"]["ms_per_table"] for r in results], "s-", label="hand-written DELETE loop")
-    ms.axhline(6, color="grey", linestyle=":", label="target (6 ms)")
-    ms.set(xlabel="tables", ylabel="ms per table", ylim=(0, None))
-    ms.legend()
-    counts = [r["worker"]["statements_per_table"] for r in results]
-    stmts.plot(tables, counts, "o-", label="worker")
-    stmts.axhline(8, color="grey", linestyle=":", label="target (8)")
-    stmts.set(xlabel="tables", ylabel="statements per table", ylim=(0, max(10.0, *counts) * 1.2))
-    stmts.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    ms = Panel("tables", "ms per table", goal=(6, "goal (6 ms)"))
+    statements = Panel("tables", "statements per table", goal=(8, "goal (8)"))
+    for r in results:
+        ms.add("worker", r["tables"], r["worker"]["ms_per_table"])
+        ms.add("hand-written DELETE loop", r["tables"], r["hand_loop"]["ms_per_table"])
+        statements.add("worker", r["tables"], r["worker"]["statements_per_table"])
+    plots.save(path, "pg-ttl worker --once, first pass over N tables of 10 rows", [ms, statements])
 
 
 if __name__ == "__main__":

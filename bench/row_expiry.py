@@ -44,7 +44,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import plots
 from bench.orphans import LongestTransaction
+from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
 from pg_ttl import install
@@ -281,7 +283,15 @@ def main() -> None:
                         help="also delete the rows by hand in key windows of pg_ttl's sizes, each its own transaction"
                              " (what short transactions alone cost; not with --tied)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also plot seconds per million expired rows and pg_ttl's rate over one DELETE's against"
+                             " the table's rows (needs matplotlib: pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
     args = parser.parse_args()
+    if args.from_json is not None:
+        _report(json.loads(args.from_json.read_text()), args.plot)
+        return
     if args.hand_windows and args.tied:
         parser.error("--hand-windows needs distinct keys: not with --tied")
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "2GB",
@@ -296,21 +306,33 @@ def main() -> None:
                                            args.hand_windows, args.shuffled))
     finally:
         server.cleanup()
-    print(f"\n{server.version}; rows {'in random order' if args.shuffled else 'in insertion order'}, the oldest expired"
-          f"{' (all at one created_at)' if args.tied else ''}; median of {args.reps}; "
-          f"load average {loadavg_text()}\n")
+    saved = {"server": server.version, "load_average": loadavg_text().split(), "results": results}
+    if args.json:
+        args.json.write_text(json.dumps(saved, indent=2, default=str))
+    _report(saved, args.plot)
+
+
+def _report(saved: dict[str, Any], plot: Path | None) -> None:
+    """The tables of a run's results (as --json writes them), and its plot."""
+    results = saved["results"]
+    reps = len(results[0]["contenders"]["pg_ttl"]["runs"]) if results else 0
+    first = results[0] if results else {}
+    print(f"\n{saved['server']}; rows {'in random order' if first.get('shuffled') else 'in insertion order'}, the"
+          f" oldest expired{' (all at one created_at)' if first.get('tied') else ''}; median of {reps}; load average"
+          f" {' '.join(saved['load_average'])}\n")
     print("| rows | expired | index | pg_ttl s | CALL ttl.run() s | one DELETE s | pg_ttl vs DELETE (rows/s) "
           "| open sessions: pg_ttl s | DELETE s | pg_ttl vs DELETE "
           "| CALL vs pg_ttl | strategy | longest pg_ttl transaction |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         c, v, p = r["contenders"], r["pg_ttl_vs_delete"], r["call_run_vs_pg_ttl"]
-        o = r["open_sessions_pg_ttl_vs_delete"]
+        o = r.get("open_sessions_pg_ttl_vs_delete")  # (not in results written before 2026-11-29)
+        opened = (f"{c['pg_ttl, open session']['seconds']:.3f} | {c['one DELETE, open session']['seconds']:.3f} | "
+                  f"{o['median']:.2f}x ({o['min']:.2f}-{o['max']:.2f})" if o else "- | - | -")
         print(f"| {r['rows']:,} | {r['share']:.0%} | {'yes' if r['indexed'] else 'no'} | "
               f"{c['pg_ttl']['seconds']:.3f} | {c['CALL ttl.run()']['seconds']:.3f} | "
               f"{c['one DELETE']['seconds']:.3f} | {v['median']:.2f}x ({v['min']:.2f}-{v['max']:.2f}) | "
-              f"{c['pg_ttl, open session']['seconds']:.3f} | {c['one DELETE, open session']['seconds']:.3f} | "
-              f"{o['median']:.2f}x ({o['min']:.2f}-{o['max']:.2f}) | "
+              f"{opened} | "
               f"{p['median']:.2f}x ({p['min']:.2f}-{p['max']:.2f}) | "
               f"{','.join(r['pg_ttl_strategy'] or [])} | {r['pg_ttl_longest_transaction_s'] * 1000:.0f} ms |")
     for r in results:
@@ -322,9 +344,26 @@ def main() -> None:
                       f"({h['min']:.2f}-{h['max']:.2f})")
             if name in FORCED:
                 print(f"{r['rows']:,} rows, {r['share']:.0%} expired, index: {name}: {c['seconds']:.3f} s")
-    if args.json:
-        args.json.write_text(json.dumps({"server": server.version, "load_average": loadavg_text().split(),
-                                         "results": results}, indent=2, default=str))
+    if plot is not None:
+        _plot(results, plot)
+
+
+def _plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Per share expired and index or not: seconds per million expired rows against the
+    table's rows, for pg_ttl, CALL ttl.run() and one DELETE; and pg_ttl's rows/s over
+    one DELETE's (paired median) for each, against the goal (0.9x)."""
+    panels: dict[tuple[float, bool], Panel] = {}
+    ratio = Panel("rows in the table", "pg_ttl rows/s over one DELETE's", goal=(0.9, "goal (0.9x)"),
+                  title="pg_ttl vs one DELETE (paired median)", logx=True)
+    for r in sorted(results, key=lambda r: (r["share"], r["indexed"], r["rows"])):
+        what = f"{r['share']:.0%} expired, {'index' if r['indexed'] else 'no index'}"
+        panel = panels.setdefault((r["share"], r["indexed"]), Panel(
+            "rows in the table", "seconds per million expired rows", title=what, logx=True))
+        for name in ("pg_ttl", "CALL ttl.run()", "one DELETE"):
+            panel.add(name, r["rows"], r["contenders"][name]["seconds"] / r["expired"] * 1e6)
+        ratio.add(what, r["rows"], r["pg_ttl_vs_delete"]["median"])
+    shape = ", all at one created_at" if results and results[0].get("tied") else ""
+    plots.save(path, f"Row expiry: the oldest rows expired{shape}", [*panels.values(), ratio])
 
 
 if __name__ == "__main__":

@@ -167,15 +167,24 @@ print(json.dumps({{"wall_s": m.wall_s, **m.txn}}))
     ("bench.many_tables", ["--tables", "30"], "results"),
     ("bench.many_partitions", ["--partitions", "20", "--reps", "1"], "results"),
     ("bench.row_expiry", ["--rows", "20000", "--shares", "0.01", "--reps", "1", "--strategies"], "results"),
+    ("bench.column_nulling", ["--rows", "20000", "--reps", "1"], "results"),
 ])
 def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str, args: list[str], key: str) -> None:
-    """The worker-over-many-tables and many-partitions benchmarks at a tiny scale: they run, their own
-    check of the rows left passes, and what they count is what happened (runs, partitions dropped)."""
-    out = tmp_path / "out.json"
+    """The scaling benchmarks at a tiny scale: they run, their own check of the rows left
+    passes, what they count is what happened (runs, partitions dropped, values nulled), and
+    they plot cost against size, at once or later from the results they wrote."""
+    out, png, again = tmp_path / "out.json", tmp_path / "out.png", tmp_path / "again.png"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", module, *args, "--json", str(out)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", module, *args, "--json", str(out), "--plot", str(png)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    reread = subprocess.run([sys.executable, "-m", module, "--from-json", str(out), "--plot", str(again)],
+                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert reread.returncode == 0, reread.stderr[-3000:]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert table and [line for line in reread.stdout.splitlines() if line.startswith("|")] == table
+    assert again.stat().st_size > 10_000
     results = json.loads(out.read_text())[key]
     if module == "bench.many_tables":
         [r] = results
@@ -191,9 +200,14 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
                                                      "pg_ttl, open session", "one DELETE, open session",
                                                      "pg_ttl, row_strategy index", "pg_ttl, row_strategy ctid"}
         assert all(c["seconds"] > 0 for r in results for c in r["contenders"].values())
-    else:
+    elif module == "bench.many_partitions":
         [r] = results["20"]
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
+    else:
+        # (the bench asserts that exactly the due values were nulled)
+        by = results["20000"]
+        assert set(by) == {"pg_ttl", "one UPDATE … SET payload = NULL"}
+        assert all(9_000 <= r["due"] <= 11_000 and r["seconds"] > 0 for r in by.values())
 
 
 def _row_expiry(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
