@@ -388,3 +388,25 @@ BEGIN
     RETURN QUERY SELECT * FROM ttl._orphan_values(tbl);
 END
 $fn$;
+
+-- A table named as a caller writes it in SQL (`name`), resolved in `names_path` (the
+-- caller's search_path: pass current_setting('search_path') for the session's; inside,
+-- this function's own is pinned), for pg-ttl run and the Python API: its oid (NULL: no
+-- such table) and whether any TTL policy (table, column or orphan) names it, in one
+-- round trip. Only the name is read in the caller's path: the policies are read back in
+-- this function's own.
+CREATE OR REPLACE FUNCTION ttl._resolve_table(name text, names_path text, OUT relid oid, OUT has_policy boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', names_path, true);
+    relid := pg_catalog.to_regclass(name);
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    has_policy := relid IS NOT NULL AND (EXISTS (SELECT 1 FROM ttl.policy p WHERE p.relid = _resolve_table.relid)
+                                         OR EXISTS (SELECT 1 FROM ttl.column_policy c
+                                                     WHERE c.relid = _resolve_table.relid)
+                                         OR EXISTS (SELECT 1 FROM ttl.orphan_policy o
+                                                     WHERE o.relid = _resolve_table.relid));
+END
+$fn$;

@@ -37,14 +37,20 @@ class EngineError(Exception):
 SEARCH_PATH = owner.SEARCH_PATH
 
 
-def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
+def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings, str]:
     """An engine session: autocommit (each statement is one short transaction), UTC,
-    statement_timeout and the short row lock_timeout on every transaction; with the
-    settings it applied."""
+    statement_timeout and the short row lock_timeout on every transaction, the engine's own
+    search_path; with the settings it applied and the search_path it came with (names the
+    caller gives resolve in it)."""
     conn = psycopg.connect(dsn, autocommit=True, application_name="pg-ttl engine")
     try:
-        check_primary(conn)
-        if conn.execute("SELECT pg_catalog.to_regclass('ttl.run')").fetchone() == (None,):
+        row = conn.execute("SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.to_regclass('ttl.run') IS NOT NULL, "
+                           "pg_catalog.current_setting('search_path')").fetchone()
+        assert row is not None
+        if row[0]:
+            raise EngineError("this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows "
+                              "only on the primary; point --dsn at the primary")
+        if not row[1]:
             raise EngineError("pg_ttl (with the engine tables) is not installed in this database "
                               "(run: pg-ttl install)")
         settings = EngineSettings.load(conn)
@@ -56,38 +62,30 @@ def connect(dsn: str) -> tuple[psycopg.Connection[Any], EngineSettings]:
             "pg_catalog.set_config('extra_float_digits', '1', false), "
             "pg_catalog.set_config('IntervalStyle', 'postgres', false), "
             "pg_catalog.set_config('statement_timeout', %s, false), "
-            "pg_catalog.set_config('lock_timeout', %s, false)",
-            (settings.statement_timeout, settings.lock_timeout))
+            "pg_catalog.set_config('lock_timeout', %s, false), "
+            "pg_catalog.set_config('search_path', %s, false)",
+            (settings.statement_timeout, settings.lock_timeout, SEARCH_PATH))
     except BaseException:
         conn.close()
         raise
-    return conn, settings
-
-
-def check_primary(conn: psycopg.Connection[Any]) -> None:
-    row = conn.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()
-    if row and row[0]:
-        raise EngineError("this server is a standby (pg_is_in_recovery() is true): pg_ttl expires rows "
-                          "only on the primary; point --dsn at the primary")
+    return conn, settings, str(row[2])
 
 
 def resolve_tables(conn: psycopg.Connection[Any], tables: Sequence[str],
                    search_path: str | None = None) -> list[int]:
-    """The tables' oids, names resolved in ``search_path`` (None: the session's)."""
+    """The tables' oids, names resolved in ``search_path`` (None: the session's), one
+    statement each (ttl._resolve_table)."""
     relids: list[int] = []
     for name in tables:
         try:
-            with conn.transaction():
-                if search_path is not None:
-                    conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (search_path,))
-                row = conn.execute("SELECT pg_catalog.to_regclass(%s)::oid", (name,)).fetchone()
+            row = conn.execute("SELECT r.relid, r.has_policy FROM ttl._resolve_table("
+                               "%s, coalesce(%s, pg_catalog.current_setting('search_path'))) r",
+                               (name, search_path)).fetchone()
         except psycopg.errors.InvalidName as exc:  # e.g. 'ev; DROP TABLE x': not a table name at all
             raise EngineError(f'table argument "{name}" is not a valid table name: {error_text(exc)}') from exc
         if row is None or row[0] is None:
             raise EngineError(f'table "{name}" does not exist')
-        if conn.execute("SELECT 1 FROM ttl.policy WHERE relid = %(t)s UNION ALL "
-                        "SELECT 1 FROM ttl.column_policy WHERE relid = %(t)s UNION ALL "
-                        "SELECT 1 FROM ttl.orphan_policy WHERE relid = %(t)s", {"t": row[0]}).fetchone() is None:
+        if not row[1]:
             raise EngineError(f'table "{name}" has no TTL policy (enable one with ttl.enable)')
         relids.append(int(row[0]))
     return relids
@@ -107,10 +105,7 @@ class Engine:
     HOUSEKEEPING_SECONDS = 60.0
 
     def __init__(self, dsn: str) -> None:
-        self.conn, self._settings = connect(dsn)
-        row = self.conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()
-        self._user_search_path = str(row[0]) if row else ""  # names given by the caller resolve in it
-        self.conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (SEARCH_PATH,))
+        self.conn, self._settings, self._user_search_path = connect(dsn)  # (names the caller gives resolve in it)
         self._housekept_at: float | None = None
         self.pace = Pace(dsn, self.conn.info.backend_pid, enabled=self._settings.throttle,
                          target=self._settings.throttle_target)
