@@ -15,7 +15,8 @@ a CHECKPOINT), in turn, in one run on one server:
 Reported: seconds (median of ``--reps``, min-max), rows per second, the speed-up of two
 workers over one (paired per repetition), that every range of the two workers' sweep
 was done once and by both, and that exactly the expired rows went. ``--json FILE`` also
-writes the numbers.
+writes the numbers, ``--plot PNG`` plots them against the table's rows (``--rows`` takes
+several sizes).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import plots
+from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
 from pg_ttl import install
@@ -99,7 +102,7 @@ def _check(dsn: str, name: str, out: dict[str, Any], rows: int) -> dict[str, Any
 
 
 def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
-    template = server.create_database("shared_table")
+    template = server.create_database(f"shared_table_{rows}")
     with psycopg.connect(template, autocommit=True) as conn:
         conn.execute(SCHEMA)
         conn.execute(FILL, {"rows": rows})
@@ -110,7 +113,7 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
     names = list(CONTENDERS)
     for rep in range(reps):
         for name in rotated(names, rep):  # the order rotates
-            copy = f"shared_table_{rep}_{names.index(name)}"
+            copy = f"shared_table_{rows}_{rep}_{names.index(name)}"
             dsn = copy_database(server, dbname, copy)
             if name.startswith("pg_ttl"):
                 install.upgrade(dsn)
@@ -126,7 +129,9 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
                 admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(copy)))
             runs[name].append({"seconds": wall, "rows_per_second": out["deleted"] / wall, "load_before": load,
                                **checked})
-            print(f"  rep {rep + 1}: {name}: {wall:.2f} s {checked}", flush=True)
+            print(f"  {rows:,} rows, rep {rep + 1}: {name}: {wall:.2f} s {checked}", flush=True)
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:  # (room for the next size)
+        admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(dbname)))
     one, two = runs["pg_ttl, one worker"], runs["pg_ttl, two workers"]
     speedups = [a["seconds"] / b["seconds"] for a, b in zip(one, two, strict=True)]
     return {"rows": rows, "expired": rows // 2, "table_size": size[0] if size else None,
@@ -140,29 +145,52 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=10_000_000, help="rows in the table (half of them expired)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000],
+                        help="rows in the table (half of them expired); several sizes: one table each")
     parser.add_argument("--reps", type=int, default=3, help="runs of each contender, in turn")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also plot seconds per million expired rows and the two workers' speed-up against the"
+                             " table's rows (needs matplotlib: pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
     args = parser.parse_args()
+    if args.from_json is not None:
+        _report(json.loads(args.from_json.read_text()), args.plot)
+        return
     server = LocalServer(settings={"fsync": "off", "synchronous_commit": "off", "shared_buffers": "2GB",
                                    "max_wal_size": "16GB", "autovacuum": "off", "jit": "off"})
     server.start()
     try:
-        result = measure(server, args.rows, args.reps)
-        result["server"] = server.version
+        results = [measure(server, rows, args.reps) for rows in args.rows]
     finally:
         server.cleanup()
-    print(f"\n{result['server']}; {args.rows:,} rows ({result['table_size']}), half expired, no index on the"
-          f" TTL column; median of {args.reps}\n")
-    print("| contender | seconds (min-max) | rows/s |")
-    print("|---|---|---|")
-    for name, r in result["contenders"].items():
-        print(f"| {name} | {r['seconds']:.2f} ({r['seconds_min']:.2f}-{r['seconds_max']:.2f}) | "
-              f"{result['expired'] / r['seconds']:,.0f} |")
-    s = result["two_over_one"]
-    print(f"\ntwo workers over one: {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}, paired per repetition)")
+    saved = {"server": server.version, "load_average": loadavg_text(), "reps": args.reps, "results": results}
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
+        args.json.write_text(json.dumps(saved, indent=2, default=str))
+    _report(saved, args.plot)
+
+
+def _report(saved: dict[str, Any], plot: Path | None) -> None:
+    """The tables of a run's results (as --json writes them; before 2026-11-29, one size's
+    result alone), and its plot."""
+    results = saved.get("results", [saved])
+    cost = Panel("rows in the table", "seconds per million expired rows", logx=True)
+    speedup = Panel("rows in the table", "speed-up over one worker", title="two workers (paired median)", logx=True)
+    for result in results:
+        print(f"\n{saved['server']}; {result['rows']:,} rows ({result['table_size']}), half expired, no index on"
+              f" the TTL column; median of {len(result['contenders']['one DELETE']['runs'])}\n")
+        print("| contender | seconds (min-max) | rows/s |")
+        print("|---|---|---|")
+        for name, r in result["contenders"].items():
+            print(f"| {name} | {r['seconds']:.2f} ({r['seconds_min']:.2f}-{r['seconds_max']:.2f}) | "
+                  f"{result['expired'] / r['seconds']:,.0f} |")
+            cost.add(name, result["rows"], r["seconds"] / result["expired"] * 1e6)
+        s = result["two_over_one"]
+        print(f"\ntwo workers over one: {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}, paired per repetition)")
+        speedup.add("pg_ttl, two workers over one", result["rows"], s["median"])
+    if plot is not None:
+        plots.save(plot, "Two workers sharing one table: half its rows expired, no index", [cost, speedup])
 
 
 if __name__ == "__main__":

@@ -168,6 +168,9 @@ print(json.dumps({{"wall_s": m.wall_s, **m.txn}}))
     ("bench.many_partitions", ["--partitions", "20", "--reps", "1"], "results"),
     ("bench.row_expiry", ["--rows", "20000", "--shares", "0.01", "--reps", "1", "--strategies"], "results"),
     ("bench.column_nulling", ["--rows", "20000", "--reps", "1"], "results"),
+    # (two workers share a table's sweep from two ranges of row_range_bytes, 32 MB, on)
+    pytest.param("bench.shared_table", ["--rows", "400000", "600000", "--reps", "1"], "results",
+                 marks=pytest.mark.slow),
 ])
 def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str, args: list[str], key: str) -> None:
     """The scaling benchmarks at a tiny scale: they run, their own check of the rows left
@@ -203,6 +206,13 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
     elif module == "bench.many_partitions":
         [r] = results["20"]
         assert r["correct"] and r["dropped"] >= 9 and r["statements"] >= r["dropped"]
+    elif module == "bench.shared_table":
+        # (the bench asserts that exactly the expired rows went, every range once)
+        assert [r["rows"] for r in results] == [400000, 600000]
+        for r in results:
+            [two] = r["contenders"]["pg_ttl, two workers"]["runs"]
+            assert len(two["ranges_per_run"]) == 2 and sum(two["ranges_per_run"]) == two["ranges"] >= 2
+            assert r["two_over_one"]["median"] > 0
     else:
         # (the bench asserts that exactly the due values were nulled)
         by = results["20000"]
