@@ -1,4 +1,4 @@
-"""a key's first and last row read by one statement (ttl.key_rows_sql); a table name resolved by one (ttl._resolve_table)
+"""a key's first and last row by one statement (ttl.key_rows_sql); a table's name by one (ttl._resolve_table)
 
 Revision ID: 0025
 Revises: 0024
