@@ -4,7 +4,9 @@ A load generator process (bench.loadgen) inserts events and reads live rows by
 id at a fixed rate. Per repetition: a baseline window with no expiry, then
 each contender on a fresh clone with the same load running. Latency and
 throughput are taken over the transactions that started while the contender
-ran, and compared with the baseline of the same repetition. Then, with no
+ran, and compared with the baseline of the same repetition, and with the load of the
+same copy just before and just after the contender's window (``fg_adjacent_s`` each,
+under the same transaction sampler): a baseline taken next to it. Then, with no
 load, pg_ttl's default pass against its unthrottled one: what the adaptive
 throttle costs on an idle server.
 """
@@ -110,12 +112,17 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         time.sleep(cfg.fg_baseline_s)
         return c.Outcome()
 
+    def adjacent_window(dsn: str) -> c.Outcome:
+        time.sleep(cfg.fg_adjacent_s)
+        return c.Outcome()
+
     setups: dict[str, Callable[[str], None]] = {"pg_ttl_unthrottled": unthrottled, "pg_ttl_limited": rate_limited,
                                                 "pg_ttl_target_1_5": target_1_5}
     idle: dict[str, list[float]] = {k: [] for k in IDLE}
 
     windows: dict[str, list[dict[str, Any]]] = {k: [] for k in ("baseline", *CONTENDERS)}
     pooled: dict[str, list[tuple[float, float, float]]] = {k: [] for k in windows}
+    adjacent: dict[str, list[tuple[float, float, float]]] = {k: [] for k in windows}
     for rep in range(cfg.reps):
         for contender in ["baseline", *rotated(list(CONTENDERS), rep)]:
             if contender in PGTTL and (pgttl_missing or ttl_template is None):
@@ -127,7 +134,13 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                 try:
                     time.sleep(cfg.fg_warmup_s)
                     # The baseline is measured as the contenders are (the same transaction
-                    # sampler polling the server), so that its cost is on both sides.
+                    # sampler polling the server), so that its cost is on both sides; so are
+                    # the windows of load just before and just after a contender's.
+                    around = []
+                    if contender != "baseline":
+                        _, before = measured_run(server, db, adjacent_window)
+                        assert before is not None
+                        around.append((before.started_epoch, before.ended_epoch))
                     record, m = measured_run(server, db, runners.get(contender, idle_window))
                     assert m is not None
                     start, end = m.started_epoch, m.ended_epoch
@@ -141,12 +154,22 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                             db, "SELECT extract(epoch FROM min(started_at))::float8,"
                                 " extract(epoch FROM max(finished_at))::float8 FROM ttl.run")
                         record["process_start_up_s"] = start - m.started_epoch
+                    if contender != "baseline":
+                        _, after = measured_run(server, db, adjacent_window)
+                        assert after is not None
+                        around.append((after.started_epoch, after.ended_epoch))
                     time.sleep(0.5)
                 finally:
                     rows = load.stop()
             record.update(window_stats(rows, start, end), rep=rep)
+            next_to = [r for r in rows if any(a <= r[0] <= b for a, b in around)]
+            if next_to:
+                service = sorted(r[1] for r in next_to)
+                record.update(adjacent_txns=len(next_to), adjacent_p99_ms=percentile(service, 99),
+                              p99_vs_adjacent=ratio(record["p99_ms"], percentile(service, 99)))
             windows[contender].append(record)
             pooled[contender].extend(r for r in rows if start <= r[0] <= end)
+            adjacent[contender].extend(next_to)
             log(f"foreground rep {rep} {contender}: {record['status']} window={record['window_s']:.2f}s "
                 f"txns={record['txns']} p50={record['p50_ms'] or 0:.2f}ms p99={record['p99_ms'] or 0:.2f}ms "
                 f"tps={record['throughput_tps']:.0f}")
@@ -160,7 +183,8 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         "description": "insert + point-select load at a fixed rate while each contender expires the plain table",
         "params": {"rows": data.rows, "rate_tps": cfg.fg_rate, "clients": cfg.fg_clients,
                    "pg_ttl_limited_delete_rate_limit": cfg.fg_rate_limit,
-                   "baseline_window_s": cfg.fg_baseline_s, "reps": cfg.reps,
+                   "baseline_window_s": cfg.fg_baseline_s, "adjacent_window_s": cfg.fg_adjacent_s,
+                   "reps": cfg.reps,
                    "cores": ("2 cores shared by everything: the load generator process (4 threads, one connection "
                              "each), its 4 server backends, the contender's backend and the bench's sampler; "
                              "no pinning")},
@@ -180,6 +204,13 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
             "summary": {k: summarize([r[k] for r in recs if r.get(k) is not None])
                         for k in ("p50_ms", "p99_ms", "throughput_tps", "window_s", "expiry_rows_per_s")},
         }
+        if adjacent[contender]:
+            # the p99 of the load just before and after each of its windows, pooled likewise
+            near = sorted(r[1] for r in adjacent[contender])
+            entry["adjacent"] = {"txns": len(near), "p99_ms": percentile(near, 99)}
+            entry["p99_vs_adjacent"] = ratio(entry["pooled"]["p99_ms"], entry["adjacent"]["p99_ms"])
+            entry["summary"]["p99_vs_adjacent"] = summarize([r["p99_vs_adjacent"] for r in recs
+                                                             if r.get("p99_vs_adjacent") is not None])
         if contender == "baseline":
             base_p99 = entry["pooled"]["p99_ms"]
         result["contenders"][contender] = entry

@@ -29,6 +29,9 @@ class Config:
     fg_clients: int = 4
     fg_baseline_s: float = 15.0  # p99 of a 5 s window (2,000 transactions) moved 0.41-0.65 ms between repetitions
     fg_warmup_s: float = 1.5
+    # Load measured just before and just after each contender's window, on the same copy and
+    # load generator (under the same transaction sampler): a baseline taken next to it.
+    fg_adjacent_s: float = 5.0
     fg_rate_limit: int = 200_000  # delete_rate_limit of the pg_ttl_limited contender, rows/s
     trigger_rows: int = 500_000
     trigger_pgbench_s: float = 3.0
@@ -51,6 +54,7 @@ class Config:
             part_sizes=(max(100, int(10_000 * s)), max(1_000, int(100_000 * s))),
             fg_baseline_s=max(1.0, 15.0 * min(1.0, s * 4)),
             fg_warmup_s=0.3 if s < 0.1 else 1.5,
+            fg_adjacent_s=max(0.5, 5.0 * min(1.0, s * 4)),
             fg_rate_limit=max(1_000, int(200_000 * s)),
             trigger_rows=max(2_000, int(500_000 * s)),
             trigger_pgbench_s=max(1.0, 3.0 * min(1.0, s * 4)),

@@ -109,6 +109,14 @@ def test_bench_runs_end_to_end_and_reports_real_measurements(tmp_path: Path) -> 
             if name != "baseline":
                 assert run["expiry_rows_per_s"] > 0
     assert _ok_runs(fg["baseline"])[0]["txns"] > 0 and fg["baseline"]["p99_vs_baseline"] == 1.0
+    # beside each contender's window, the load just before and after it on the same copy
+    adjacent_s = res["workloads"]["foreground"]["params"]["adjacent_window_s"]
+    for name in ("raw_delete", "pg_ttl"):
+        [run] = _ok_runs(fg[name])
+        assert run["adjacent_txns"] >= 2 * adjacent_s * rate * 0.5
+        assert run["txns"] == 0 or run["p99_vs_adjacent"] == run["p99_ms"] / run["adjacent_p99_ms"]
+    assert fg["pg_ttl"]["p99_vs_adjacent"] == fg["pg_ttl"]["pooled"]["p99_ms"] / fg["pg_ttl"]["adjacent"]["p99_ms"]
+    assert "adjacent" not in fg["baseline"]
     # the rate limit holds: no faster than the policy's delete_rate_limit (plus one transaction's slack)
     limit = res["workloads"]["foreground"]["params"]["pg_ttl_limited_delete_rate_limit"]
     limited = _ok_runs(fg["pg_ttl_limited"])[0]
