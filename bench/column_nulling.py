@@ -121,11 +121,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3,
                         help="rounds; each runs both contenders on fresh copies, in alternating order")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="also plot seconds per million due values and the longest transaction against the"
-                             " rows (needs matplotlib: pip install 'pg-ttl[bench]')")
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="measure nothing: print (and --plot) the results a --json run wrote")
+    plots.add_options(parser, "seconds per million due values and the longest transaction against the rows")
     args = parser.parse_args()
     if args.from_json is not None:
         _report(json.loads(args.from_json.read_text()), args.plot)

@@ -108,13 +108,20 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
         unthrottled(db)
         server.execute(db, "SELECT ttl.set_option(%s, 'delete_rate_limit', %s)", [PLAIN_TABLE, str(cfg.fg_rate_limit)])
 
-    def idle_window(dsn: str) -> c.Outcome:
-        time.sleep(cfg.fg_baseline_s)
-        return c.Outcome()
+    def resting(seconds: float) -> Callable[[str], c.Outcome]:
+        """A window of the load alone, ``seconds`` long."""
+        def window(dsn: str) -> c.Outcome:
+            time.sleep(seconds)
+            return c.Outcome()
+        return window
 
-    def adjacent_window(dsn: str) -> c.Outcome:
-        time.sleep(cfg.fg_adjacent_s)
-        return c.Outcome()
+    idle_window = resting(cfg.fg_baseline_s)
+
+    def load_alone(db: str) -> tuple[float, float]:
+        """The load alone on ``db`` for fg_adjacent_s, under the transaction sampler: its span."""
+        _, near = measured_run(server, db, resting(cfg.fg_adjacent_s))
+        assert near is not None
+        return near.started_epoch, near.ended_epoch
 
     setups: dict[str, Callable[[str], None]] = {"pg_ttl_unthrottled": unthrottled, "pg_ttl_limited": rate_limited,
                                                 "pg_ttl_target_1_5": target_1_5}
@@ -136,11 +143,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                     # The baseline is measured as the contenders are (the same transaction
                     # sampler polling the server), so that its cost is on both sides; so are
                     # the windows of load just before and just after a contender's.
-                    around = []
-                    if contender != "baseline":
-                        _, before = measured_run(server, db, adjacent_window)
-                        assert before is not None
-                        around.append((before.started_epoch, before.ended_epoch))
+                    around = [load_alone(db)] if contender != "baseline" else []
                     record, m = measured_run(server, db, runners.get(contender, idle_window))
                     assert m is not None
                     start, end = m.started_epoch, m.ended_epoch
@@ -155,9 +158,7 @@ def run(server: BenchServer, cfg: Config, data: PlainData, ttl_template: str | N
                                 " extract(epoch FROM max(finished_at))::float8 FROM ttl.run")
                         record["process_start_up_s"] = start - m.started_epoch
                     if contender != "baseline":
-                        _, after = measured_run(server, db, adjacent_window)
-                        assert after is not None
-                        around.append((after.started_epoch, after.ended_epoch))
+                        around.append(load_alone(db))
                     time.sleep(0.5)
                 finally:
                     rows = load.stop()

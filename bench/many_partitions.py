@@ -98,11 +98,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--reps", type=int, default=3, help="rounds per size, each on newly built databases")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="also plot ms and statements per dropped partition against the partitions"
-                             " (needs matplotlib: pip install 'pg-ttl[bench]')")
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="measure nothing: print (and --plot) the results a --json run wrote")
+    plots.add_options(parser, "ms and statements per dropped partition against the partitions")
     args = parser.parse_args()
     if args.from_json is not None:
         _report(json.loads(args.from_json.read_text()), args.plot)

@@ -125,11 +125,7 @@ def main() -> None:
     parser.add_argument("--tables", type=int, nargs="+", default=[1000, 5000, 10000],
                         help="table counts to measure, each in a database of its own")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="also plot ms and statements per table against the table count (needs matplotlib: "
-                             "pip install 'pg-ttl[bench]')")
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="measure nothing: print (and --plot) the results a --json run wrote")
+    plots.add_options(parser, "ms and statements per table against the table count")
     args = parser.parse_args()
     if args.from_json is not None:
         saved = json.loads(args.from_json.read_text())

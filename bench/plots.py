@@ -4,9 +4,19 @@ the goal as a dotted line."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def add_options(parser: argparse.ArgumentParser, plotted: str) -> None:
+    """``--plot PNG`` (what ``plotted`` says) and ``--from-json FILE``, as every scaling
+    benchmark takes them."""
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help=f"also plot {plotted} (needs matplotlib: pip install 'pg-ttl[bench]')")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and --plot) the results a --json run wrote")
 
 
 @dataclass

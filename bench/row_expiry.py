@@ -283,11 +283,8 @@ def main() -> None:
                         help="also delete the rows by hand in key windows of pg_ttl's sizes, each its own transaction"
                              " (what short transactions alone cost; not with --tied)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="also plot seconds per million expired rows and pg_ttl's rate over one DELETE's against"
-                             " the table's rows (needs matplotlib: pip install 'pg-ttl[bench]')")
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="measure nothing: print (and --plot) the results a --json run wrote")
+    plots.add_options(parser, "seconds per million expired rows and pg_ttl's rate over one DELETE's against"
+                              " the table's rows")
     args = parser.parse_args()
     if args.from_json is not None:
         _report(json.loads(args.from_json.read_text()), args.plot)

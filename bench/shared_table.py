@@ -149,11 +149,7 @@ def main() -> None:
                         help="rows in the table (half of them expired); several sizes: one table each")
     parser.add_argument("--reps", type=int, default=3, help="runs of each contender, in turn")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
-    parser.add_argument("--plot", type=Path, metavar="PNG",
-                        help="also plot seconds per million expired rows and the two workers' speed-up against the"
-                             " table's rows (needs matplotlib: pip install 'pg-ttl[bench]')")
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="measure nothing: print (and --plot) the results a --json run wrote")
+    plots.add_options(parser, "seconds per million expired rows and the two workers' speed-up against the table's rows")
     args = parser.parse_args()
     if args.from_json is not None:
         _report(json.loads(args.from_json.read_text()), args.plot)
