@@ -70,9 +70,13 @@ def _planned(conn: psycopg.Connection[Any], statement: sql.Composable | str,
         row = conn.execute(query, params).fetchone()
     assert row is not None
     [plan] = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    return _planning_pages(plan), _nodes(plan["Plan"])
+
+
+def _planning_pages(plan: dict[str, Any]) -> int:
+    """The pages an EXPLAIN (BUFFERS)'s planning read (hit or read)."""
     planning = plan.get("Planning", {})
-    pages = int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0))
-    return pages, _nodes(plan["Plan"])
+    return int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0))
 
 
 def _delete_a_window(db: psycopg.Connection[Any], table: str) -> None:
@@ -187,9 +191,7 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
                          (statement, first, then)).fetchone()
         assert row is not None
         [plan] = row[0]
-        planning = plan.get("Planning", {})
-        return (int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0)),
-                _nodes(plan["Plan"]))
+        return _planning_pages(plan), _nodes(plan["Plan"])
 
     for then in ("text", "bigint"):
         db.execute(sql.SQL("""CREATE FUNCTION pg_temp.explain(statement text, first text, next {}) RETURNS json
@@ -268,8 +270,7 @@ def test_call_run_block_ranges_plan_without_walking_the_entries_deleted_before(d
     db.commit()
     _delete_a_window(db, "w")
     [[plan]] = db.execute("SELECT pg_temp.explain(%s, '(0,0)', '(10,0)')", (statement,)).fetchone()
-    planning = plan.get("Planning", {})
-    pages = int(planning.get("Shared Hit Blocks", 0)) + int(planning.get("Shared Read Blocks", 0))
+    pages = _planning_pages(plan)
     db.rollback()
     walk = _one_walk(db, "w")  # (the next window's entries: a first walk leaves the ones it passed cheaper)
     assert walk >= 10 and pages < walk / 2, (pages, walk)
