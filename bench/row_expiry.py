@@ -312,8 +312,8 @@ def main() -> None:
 def _report(saved: dict[str, Any], plot: Path | None) -> None:
     """The tables of a run's results (as --json writes them), and its plot."""
     results = saved["results"]
-    reps = len(results[0]["contenders"]["pg_ttl"]["runs"]) if results else 0
     first = results[0] if results else {}
+    reps = len(first["contenders"]["pg_ttl"]["runs"]) if first else 0
     print(f"\n{saved['server']}; rows {'in random order' if first.get('shuffled') else 'in insertion order'}, the"
           f" oldest expired{' (all at one created_at)' if first.get('tied') else ''}; median of {reps}; load average"
           f" {' '.join(saved['load_average'])}\n")
