@@ -88,6 +88,16 @@ AS $fn$
     SELECT attname FROM pg_attribute WHERE attrelid = tbl AND attnum = n AND NOT attisdropped
 $fn$;
 
+-- A relation's name as SQL text, always schema-qualified and quoted where needed
+-- (regclass::text leaves out a schema on the search_path); NULL when it is gone.
+CREATE OR REPLACE FUNCTION ttl._qualified(rel oid) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('%I.%I', n.nspname, c.relname)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
+$fn$;
+
 -- An expiration expression must be one expression over the table's own
 -- columns, of type timestamptz, without subqueries, aggregates, window or
 -- set-returning functions, and without volatile functions or operators (its

@@ -422,8 +422,7 @@ BEGIN
         skip := ttl._begin_unit(run, tbl, units[i], unit_names[i], 'drop', run_cutoff, NULL, true);
         IF skip IS NULL THEN
             claimed := claimed || units[i];
-            targets := targets || (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
-                                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = units[i]);
+            targets := targets || ttl._qualified(units[i]);
         ELSE
             unit := units[i]; reason := skip;
             RETURN NEXT;

@@ -20,8 +20,7 @@ BEGIN
     IF expired IS NULL THEN
         RAISE EXCEPTION 'table % has no TTL policy', tbl USING ERRCODE = 'undefined_object';
     END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+    target := ttl._qualified(part);
     IF target IS NULL THEN
         RAISE EXCEPTION 'relation with OID % does not exist', part::oid USING ERRCODE = 'undefined_table';
     END IF;
@@ -197,8 +196,7 @@ DECLARE
 BEGIN
     SELECT format('%I', ttl._attname(p.relid, p.ttl_attnum)), format_type(p.ttl_atttypid, NULL)
       INTO col, typ FROM ttl.policy p WHERE p.relid = tbl;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+    target := ttl._qualified(part);
     IF col IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'table % has no TTL column to read a key''s rows by', tbl
             USING ERRCODE = 'feature_not_supported';

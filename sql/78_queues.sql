@@ -113,7 +113,7 @@ BEGIN
         RAISE EXCEPTION 'table % has no expiration queue', tbl::regclass USING ERRCODE = 'undefined_object',
             HINT = 'Set "ttl_queue_shards" first.';
     END IF;
-    qname := format('%I.%I', 'ttl', (SELECT relname FROM pg_class WHERE oid = q.queue_relid));
+    qname := ttl._qualified(q.queue_relid);  -- in schema ttl
     SELECT array_agg(format('%I', a.attname) ORDER BY k.ord), array_agg(format('k%s', k.ord) ORDER BY k.ord),
            array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
       INTO keys, ks, types

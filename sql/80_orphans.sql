@@ -422,8 +422,7 @@ BEGIN
         -- another table, and an empty one)
         -- Row security enabled on it during a pass (refused above only when a run starts):
         -- checked again by every DELETE, as the DELETE's lookup sees the parent.
-        SELECT format('%I.%I', n.nspname, c.relname) INTO parent_name
-          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = pk.parent;
+        parent_name := ttl._qualified(pk.parent);
         lookups := lookups || format('pg_catalog.to_regclass(%1$L) OPERATOR(pg_catalog.=) CAST(%2$s AS pg_catalog.oid) AND '
                                      'NOT pg_catalog.row_security_active(CAST(%2$s AS pg_catalog.oid)) AND '
                                      'NOT EXISTS (SELECT 1 FROM %1$s AS p(%3$s) WHERE %4$s OFFSET 0) AND ',
@@ -566,12 +565,12 @@ BEGIN
     END IF;
     SELECT * INTO cur FROM ttl.orphan_policy WHERE relid = tbl;
     IF FOUND THEN
-        SELECT array_agg(format('%I.%I', n.nspname, c.relname) ORDER BY pk.n),
+        SELECT array_agg(ttl._qualified(pk.parent) ORDER BY pk.n),
                array_agg((SELECT string_agg(quote_ident(ttl._attname(pk.parent, a)), ',') FROM unnest(pk.attnums) a)
                          ORDER BY pk.n)
           INTO parents, parent_cols
           FROM ttl._orphan_parents(cur.parent_relids, cur.parent_attnums, cardinality(cur.key_attnums)) pk
-          JOIN pg_class c ON c.oid = pk.parent JOIN pg_namespace n ON n.oid = c.relnamespace;
+         WHERE ttl._qualified(pk.parent) IS NOT NULL;
         key_cols := ARRAY(SELECT ttl._attname(cur.relid, a) FROM unnest(cur.key_attnums) AS a);
         min_age := cur.min_age;
         age_column := ttl._attname(cur.relid, cur.age_attnum);
