@@ -25,6 +25,11 @@ windows grow through (1,000, 4,000, 16,000, 64,000, then 100,000 at most), their
 read beforehand (not timed): what short transactions alone cost beside one DELETE, with
 none of pg_ttl's bookkeeping.
 
+With a share of 0 (``--shares 0``) nothing has expired: each contender's time is what a
+pass costs whatever it deletes (pg_ttl's run and unit recorded, its strategy chosen, a
+session's start), reported apart with the most that cost leaves pg_ttl of a DELETE's
+rate at the other shares of the same run.
+
 Reported per shape: seconds (median of ``--reps``, min-max), pg_ttl over the DELETE as
 rows per second (paired per repetition; the same for the open sessions), ``CALL
 ttl.run()`` over pg_ttl, pg_ttl's strategy and its longest transaction (from
@@ -269,7 +274,8 @@ def _paired(ours: list[dict[str, Any]], raw: list[dict[str, Any]]) -> dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000], help="table sizes")
-    parser.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.01], help="shares of rows expired")
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.01],
+                        help="shares of rows expired (0: nothing expired, what a pass costs whatever it deletes)")
     parser.add_argument("--index", choices=["both", "yes", "no"], default="both",
                         help="with a btree on the TTL column, without, or both")
     parser.add_argument("--reps", type=int, default=3, help="runs of each contender, in turn")
@@ -311,8 +317,9 @@ def main() -> None:
 
 def _report(saved: dict[str, Any], plot: Path | None) -> None:
     """The tables of a run's results (as --json writes them), and its plot."""
-    results = saved["results"]
-    first = results[0] if results else {}
+    fixed = [r for r in saved["results"] if not r["expired"]]
+    results = [r for r in saved["results"] if r["expired"]]
+    first = (results or fixed or [{}])[0]
     reps = len(first["contenders"]["pg_ttl"]["runs"]) if first else 0
     print(f"\n{saved['server']}; rows {'in random order' if first.get('shuffled') else 'in insertion order'}, the"
           f" oldest expired{' (all at one created_at)' if first.get('tied') else ''}; median of {reps}; load average"
@@ -341,14 +348,42 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
                       f"({h['min']:.2f}-{h['max']:.2f})")
             if name in FORCED:
                 print(f"{r['rows']:,} rows, {r['share']:.0%} expired, index: {name}: {c['seconds']:.3f} s")
+    if fixed:
+        _report_fixed(fixed, results)
     if plot is not None:
-        _plot(results, plot)
+        _plot(results, fixed, plot)
 
 
-def _plot(results: list[dict[str, Any]], path: Path) -> None:
+def _report_fixed(fixed: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+    """What a pass costs with nothing to delete, beside one DELETE that deletes nothing; and
+    the most pg_ttl's rate can be of the DELETE's at each other shape of the same table
+    (rows, index), that cost added to the DELETE's time."""
+    print("\nNothing expired: what a pass costs whatever it deletes (median)\n")
+    print("| rows | index | pg_ttl ms | CALL ttl.run() ms | one DELETE ms | open sessions: pg_ttl ms | DELETE ms "
+          "| at most, by share expired (pg_ttl vs DELETE, rows/s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f in fixed:
+        c = f["contenders"]
+        extra = c["pg_ttl"]["seconds"] - c["one DELETE"]["seconds"]
+        bounds = ", ".join(f"{r['share']:.0%}: {_at_most(r['contenders']['one DELETE']['seconds'], extra):.2f}x"
+                           for r in results if (r["rows"], r["indexed"]) == (f["rows"], f["indexed"]))
+        print(f"| {f['rows']:,} | {'yes' if f['indexed'] else 'no'} | {c['pg_ttl']['seconds'] * 1000:.1f} | "
+              f"{c['CALL ttl.run()']['seconds'] * 1000:.1f} | {c['one DELETE']['seconds'] * 1000:.1f} | "
+              f"{c['pg_ttl, open session']['seconds'] * 1000:.1f} | "
+              f"{c['one DELETE, open session']['seconds'] * 1000:.1f} | {bounds or '-'} |")
+
+
+def _at_most(delete_seconds: float, extra: float) -> float:
+    """pg_ttl's rate over a DELETE's that takes ``delete_seconds``, were pg_ttl's windows as
+    fast as the DELETE and the rest of it the ``extra`` seconds a pass costs anyway."""
+    return delete_seconds / (delete_seconds + max(extra, 0.0))
+
+
+def _plot(results: list[dict[str, Any]], fixed: list[dict[str, Any]], path: Path) -> None:
     """Per share expired and index or not: seconds per million expired rows against the
     table's rows, for pg_ttl, CALL ttl.run() and one DELETE; and pg_ttl's rows/s over
-    one DELETE's (paired median) for each, against the goal (0.9x)."""
+    one DELETE's (paired median) for each, against the goal (0.9x). With nothing expired
+    in some shapes, what a pass costs then, against the table's rows."""
     panels: dict[tuple[float, bool], Panel] = {}
     ratio = Panel("rows in the table", "pg_ttl rows/s over one DELETE's", goal=(0.9, "goal (0.9x)"),
                   title="pg_ttl vs one DELETE (paired median)", logx=True)
@@ -359,8 +394,14 @@ def _plot(results: list[dict[str, Any]], path: Path) -> None:
         for name in ("pg_ttl", "CALL ttl.run()", "one DELETE"):
             panel.add(name, r["rows"], r["contenders"][name]["seconds"] / r["expired"] * 1e6)
         ratio.add(what, r["rows"], r["pg_ttl_vs_delete"]["median"])
-    shape = ", all at one created_at" if results and results[0].get("tied") else ""
-    plots.save(path, f"Row expiry: the oldest rows expired{shape}", [*panels.values(), ratio])
+    cost = Panel("rows in the table", "milliseconds", title="nothing expired: a pass's cost", logx=True)
+    for f in sorted(fixed, key=lambda r: (r["indexed"], r["rows"])):
+        for name in ("pg_ttl", "pg_ttl, open session", "one DELETE"):
+            cost.add(f"{name}, {'index' if f['indexed'] else 'no index'}", f["rows"],
+                     f["contenders"][name]["seconds"] * 1000)
+    shape = ", all at one created_at" if (results or fixed)[0].get("tied") else ""
+    plots.save(path, f"Row expiry: the oldest rows expired{shape}",
+               [*panels.values(), *([ratio] if results else []), *([cost] if fixed else [])])
 
 
 if __name__ == "__main__":

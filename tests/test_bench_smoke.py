@@ -174,7 +174,7 @@ print(json.dumps({{"wall_s": m.wall_s, **m.txn}}))
 @pytest.mark.parametrize("module,args,key", [
     ("bench.many_tables", ["--tables", "30"], "results"),
     ("bench.many_partitions", ["--partitions", "20", "--reps", "1"], "results"),
-    ("bench.row_expiry", ["--rows", "20000", "--shares", "0.01", "--reps", "1", "--strategies"], "results"),
+    ("bench.row_expiry", ["--rows", "20000", "--shares", "0", "0.01", "--reps", "1", "--strategies"], "results"),
     ("bench.column_nulling", ["--rows", "20000", "--reps", "1"], "results"),
     # (two workers share a table's sweep from two ranges of row_range_bytes, 32 MB, on)
     pytest.param("bench.shared_table", ["--rows", "400000", "600000", "--reps", "1"], "results",
@@ -204,8 +204,13 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert r["worker"]["statements"] > 30 and 0 < r["worker"]["pass_seconds"] < r["worker"]["process_seconds"]
     elif module == "bench.row_expiry":
         # (the bench asserts that each contender deleted exactly the expired rows)
-        by_index = {r["indexed"]: r for r in results}
-        assert set(by_index) == {False, True} and all(r["expired"] == 200 for r in results)
+        # nothing expired (what a pass costs whatever it deletes): each contender deleted no row
+        fixed = [r for r in results if r["share"] == 0]
+        assert {r["indexed"] for r in fixed} == {False, True} and all(r["expired"] == 0 for r in fixed)
+        assert all(run["deleted"] == 0 for r in fixed for c in r["contenders"].values() for run in c["runs"])
+        assert "Nothing expired: what a pass costs" in proc.stdout
+        by_index = {r["indexed"]: r for r in results if r["share"] > 0}
+        assert set(by_index) == {False, True} and all(r["expired"] == 200 for r in by_index.values())
         assert by_index[True]["pg_ttl_strategy"] == ["index"] and by_index[False]["pg_ttl_strategy"] == ["ctid"]
         assert set(by_index[True]["contenders"]) == {"pg_ttl", "CALL ttl.run()", "one DELETE",
                                                      "pg_ttl, open session", "one DELETE, open session",
