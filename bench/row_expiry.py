@@ -17,7 +17,11 @@ repetition to repetition, in one run on one server:
 - the same pg_ttl pass and DELETE from a session opened beforehand (not timed), as the
   worker keeps one: the engine's through a pass over another (ten-row) table first, so
   that what a new session pays once (PostgreSQL compiling pg_ttl's functions and
-  planning their statements, reading the catalogs: ~20 ms) is paid before.
+  planning their statements, reading the catalogs: ~20 ms) is paid before;
+- the same again from sessions that have been through this table before, as the
+  worker's is at its next hourly pass and a hand-written job's at its next run: the
+  engine's through a pass over this table with a cutoff 1,000 days back, the DELETE's
+  through the same DELETE 1,000 days further back (neither deletes a row).
 
 With ``--hand-windows`` (not with ``--tied``), also the expired rows deleted by hand in key
 windows from an open session, each its own ``BEGIN; DELETE; COMMIT``, of the rows pg_ttl's
@@ -31,7 +35,8 @@ session's start), reported apart with the most that cost leaves pg_ttl of a DELE
 rate at the other shares of the same run.
 
 Reported per shape: seconds (median of ``--reps``, min-max), pg_ttl over the DELETE as
-rows per second (paired per repetition; the same for the open sessions), ``CALL
+rows per second (paired per repetition; the same for the open sessions and for those
+that passed the table before), ``CALL
 ttl.run()`` over pg_ttl, pg_ttl's strategy and its longest transaction (from
 ``pg_stat_activity``, sampled every 5 ms), and a check that exactly the expired rows
 went. ``--json FILE`` also writes the numbers.
@@ -128,6 +133,21 @@ class OpenEngine:
         self.engine.close()
 
 
+class PassedBefore(OpenEngine):
+    """The worker's session at its next pass over a table (it keeps one session and passes
+    each table every hour or so): an engine session that has passed this very table
+    before, with a cutoff 1,000 days back (nothing deleted), so its statements for the
+    table are planned and its policy read."""
+
+    def __init__(self, dsn: str) -> None:
+        self.engine = Engine(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT now() - interval '1000 days'").fetchone()
+        assert row is not None
+        [res] = self.engine.expire(["events"], cutoff=row[0])
+        assert res.status == "ok" and res.rows_deleted == 0, res
+
+
 class OpenConnection:
     """A session opened (and used once) beforehand, for the DELETE."""
 
@@ -140,6 +160,16 @@ class OpenConnection:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class RunBefore(OpenConnection):
+    """A hand-written job's session at its next run: the DELETE run in it before, 1,000 days
+    further back (nothing deleted)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        before = EXPIRED.replace("30 days", "1030 days")
+        assert self.conn.execute(f"DELETE FROM events WHERE {before}").rowcount == 0
 
 
 # The rows of the windows deleted by hand (--hand-windows): pg_ttl's first windows, then at most this many.
@@ -184,9 +214,12 @@ class HandWindows:
 
 
 CONTENDERS: dict[str, Any] = {"pg_ttl": pg_ttl, "CALL ttl.run()": call_run, "one DELETE": one_delete,
-                              "pg_ttl, open session": OpenEngine, "one DELETE, open session": OpenConnection}
-OPEN = {"pg_ttl, open session", "one DELETE, open session", "key windows by hand, open session"}
-WITHOUT_PG_TTL = {"one DELETE", "one DELETE, open session", "key windows by hand, open session"}
+                              "pg_ttl, open session": OpenEngine, "one DELETE, open session": OpenConnection,
+                              "pg_ttl, passed before": PassedBefore, "one DELETE, run before": RunBefore}
+OPEN = {"pg_ttl, open session", "one DELETE, open session", "key windows by hand, open session",
+        "pg_ttl, passed before", "one DELETE, run before"}
+WITHOUT_PG_TTL = {"one DELETE", "one DELETE, open session", "key windows by hand, open session",
+                  "one DELETE, run before"}
 HAND = {"key windows by hand, open session": HandWindows}
 # With --strategies: pg_ttl with each row_strategy forced too (the crossovers in rows.py).
 FORCED = {"pg_ttl, row_strategy index": pg_ttl_forced("index"), "pg_ttl, row_strategy ctid": pg_ttl_forced("ctid")}
@@ -257,6 +290,7 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                            for name, done in runs.items()},
             "pg_ttl_vs_delete": _paired(ours, raw),
             "open_sessions_pg_ttl_vs_delete": _paired(runs["pg_ttl, open session"], runs["one DELETE, open session"]),
+            "passed_before_pg_ttl_vs_delete": _paired(runs["pg_ttl, passed before"], runs["one DELETE, run before"]),
             "call_run_vs_pg_ttl": _paired(proc, ours),
             **({"open_sessions_hand_windows_vs_delete": _paired(runs["key windows by hand, open session"],
                                                                 runs["one DELETE, open session"])} if hand else {}),
@@ -339,6 +373,16 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
               f"{opened} | "
               f"{p['median']:.2f}x ({p['min']:.2f}-{p['max']:.2f}) | "
               f"{','.join(r['pg_ttl_strategy'] or [])} | {r['pg_ttl_longest_transaction_s'] * 1000:.0f} ms |")
+    before = [r for r in results if "passed_before_pg_ttl_vs_delete" in r]  # (since 2026-11-29)
+    if before:
+        print("\nSessions that passed the table before (the worker's next pass; a job's next DELETE)\n")
+        print("| rows | expired | index | pg_ttl s | one DELETE s | pg_ttl vs DELETE (rows/s) |")
+        print("|---|---|---|---|---|---|")
+        for r in before:
+            c, b = r["contenders"], r["passed_before_pg_ttl_vs_delete"]
+            print(f"| {r['rows']:,} | {r['share']:.0%} | {'yes' if r['indexed'] else 'no'} | "
+                  f"{c['pg_ttl, passed before']['seconds']:.3f} | {c['one DELETE, run before']['seconds']:.3f} | "
+                  f"{b['median']:.2f}x ({b['min']:.2f}-{b['max']:.2f}) |")
     for r in results:
         for name, c in r["contenders"].items():
             if name in HAND:
@@ -360,8 +404,8 @@ def _report_fixed(fixed: list[dict[str, Any]], results: list[dict[str, Any]]) ->
     (rows, index), that cost added to the DELETE's time."""
     print("\nNothing expired: what a pass costs whatever it deletes (median)\n")
     print("| rows | index | pg_ttl ms | CALL ttl.run() ms | one DELETE ms | open sessions: pg_ttl ms | DELETE ms "
-          "| at most, by share expired (pg_ttl vs DELETE, rows/s) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| passed before: pg_ttl ms | DELETE ms | at most, by share expired (pg_ttl vs DELETE, rows/s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for f in fixed:
         c = f["contenders"]
         extra = c["pg_ttl"]["seconds"] - c["one DELETE"]["seconds"]
@@ -370,7 +414,12 @@ def _report_fixed(fixed: list[dict[str, Any]], results: list[dict[str, Any]]) ->
         print(f"| {f['rows']:,} | {'yes' if f['indexed'] else 'no'} | {c['pg_ttl']['seconds'] * 1000:.1f} | "
               f"{c['CALL ttl.run()']['seconds'] * 1000:.1f} | {c['one DELETE']['seconds'] * 1000:.1f} | "
               f"{c['pg_ttl, open session']['seconds'] * 1000:.1f} | "
-              f"{c['one DELETE, open session']['seconds'] * 1000:.1f} | {bounds or '-'} |")
+              f"{c['one DELETE, open session']['seconds'] * 1000:.1f} | {_ms(c, 'pg_ttl, passed before')} | "
+              f"{_ms(c, 'one DELETE, run before')} | {bounds or '-'} |")
+
+
+def _ms(contenders: dict[str, Any], name: str) -> str:
+    return f"{contenders[name]['seconds'] * 1000:.1f}" if name in contenders else "-"
 
 
 def _at_most(delete_seconds: float, extra: float) -> float:
@@ -394,11 +443,14 @@ def _plot(results: list[dict[str, Any]], fixed: list[dict[str, Any]], path: Path
         for name in ("pg_ttl", "CALL ttl.run()", "one DELETE"):
             panel.add(name, r["rows"], r["contenders"][name]["seconds"] / r["expired"] * 1e6)
         ratio.add(what, r["rows"], r["pg_ttl_vs_delete"]["median"])
+        if "passed_before_pg_ttl_vs_delete" in r:
+            ratio.add(f"{what}, passed before", r["rows"], r["passed_before_pg_ttl_vs_delete"]["median"])
     cost = Panel("rows in the table", "milliseconds", title="nothing expired: a pass's cost", logx=True)
     for f in sorted(fixed, key=lambda r: (r["indexed"], r["rows"])):
-        for name in ("pg_ttl", "pg_ttl, open session", "one DELETE"):
-            cost.add(f"{name}, {'index' if f['indexed'] else 'no index'}", f["rows"],
-                     f["contenders"][name]["seconds"] * 1000)
+        for name in ("pg_ttl", "pg_ttl, open session", "pg_ttl, passed before", "one DELETE"):
+            if name in f["contenders"]:
+                cost.add(f"{name}, {'index' if f['indexed'] else 'no index'}", f["rows"],
+                         f["contenders"][name]["seconds"] * 1000)
     shape = ", all at one created_at" if (results or fixed)[0].get("tied") else ""
     plots.save(path, f"Row expiry: the oldest rows expired{shape}",
                [*panels.values(), *([ratio] if results else []), *([cost] if fixed else [])])

@@ -214,7 +214,9 @@ def test_scaling_benches_run_and_check_their_results(tmp_path: Path, module: str
         assert by_index[True]["pg_ttl_strategy"] == ["index"] and by_index[False]["pg_ttl_strategy"] == ["ctid"]
         assert set(by_index[True]["contenders"]) == {"pg_ttl", "CALL ttl.run()", "one DELETE",
                                                      "pg_ttl, open session", "one DELETE, open session",
+                                                     "pg_ttl, passed before", "one DELETE, run before",
                                                      "pg_ttl, row_strategy index", "pg_ttl, row_strategy ctid"}
+        assert "Sessions that passed the table before" in proc.stdout
         assert all(c["seconds"] > 0 for r in results for c in r["contenders"].values())
     elif module == "bench.many_partitions":
         [r] = results["20"]
