@@ -97,11 +97,14 @@ $fn$;
 -- The search_path user expressions are evaluated with: built-ins first (so a
 -- user object cannot stand in for one), then the table's schema.
 CREATE OR REPLACE FUNCTION ttl._table_search_path(tbl oid) RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT format('pg_catalog, %I, pg_temp', n.nspname)
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl
+BEGIN
+    -- (PL/pgSQL, as ttl._attname: a pass calls it three times a table)
+    RETURN (SELECT format('pg_catalog, %I, pg_temp', n.nspname)
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl);
+END
 $fn$;
 
 -- A constant of type pg_catalog.`typ` compared with a column, as SQL: a literal, or with
