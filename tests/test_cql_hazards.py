@@ -31,12 +31,17 @@ def test_second_using_ttl_write_of_a_tracked_value_in_one_transaction_keeps_the_
     assert other is not None and other[0].total_seconds() == 10
 
 
-def _dst_starting_tomorrow(db: Conn) -> str:
-    """A POSIX time zone whose clocks go forward at tomorrow's midnight: its next day has 23 hours."""
-    row = db.execute("SELECT extract(doy FROM now() AT TIME ZONE 'UTC')::int + 1").fetchone()
+def _dst_starting_soon(db: Conn) -> str:
+    """A POSIX time zone (standard time at UTC) whose clocks go forward an hour 12 hours from
+    now: a day on its wall clock from now is 23 hours. (Clocks going forward at tomorrow's
+    midnight made that day 24 hours between 00:00 and 01:00 UTC: the same wall time
+    tomorrow fell in the hour they skip, which PostgreSQL reads as standard time.)"""
+    row = db.execute("SELECT extract(doy FROM t)::int - 1, to_char(t, 'HH24:MI:SS')"
+                     " FROM (SELECT (now() + interval '12 hours') AT TIME ZONE 'UTC' AS t) s").fetchone()
     assert row is not None
-    day = min(int(row[0]), 364)
-    return f"XST0XDT,J{day}/0,J{min(day + 20, 365)}/0"
+    day, at = int(row[0]), str(row[1])  # (a zero-based day of the year, leap days counted)
+    # back 60 days later, into the next year past December (as south of the equator)
+    return f"XST0XDT,{day}/{at},{(day + 60) % 365}/0"
 
 
 def test_writer_time_zone_does_not_shorten_a_one_day_ttl(db: Conn) -> None:
@@ -47,7 +52,7 @@ def test_writer_time_zone_does_not_shorten_a_one_day_ttl(db: Conn) -> None:
     db.execute("SELECT ttl.enable('pv', expire_after => '1 day')")
     db.execute("CREATE TABLE cq (id int PRIMARY KEY, v int)")
     db.execute("""SELECT ttl.set_options('cq', '{"expire_after": "1 day", "value_ttls": "true"}')""")
-    db.execute(psycopg.sql.SQL("SET TimeZone = {}").format(psycopg.sql.Literal(_dst_starting_tomorrow(db))))
+    db.execute(psycopg.sql.SQL("SET TimeZone = {}").format(psycopg.sql.Literal(_dst_starting_soon(db))))
     db.execute("INSERT INTO pv VALUES (1, 1), (2, 1)")
     db.execute("UPDATE pv SET v = 2 WHERE id = 2")
     db.execute("INSERT INTO cq VALUES (1, 1)")

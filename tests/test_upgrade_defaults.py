@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from pg_ttl import install
-from tests.test_cql_hazards import _dst_starting_tomorrow
+from tests.test_cql_hazards import _dst_starting_soon
 
 Conn = psycopg.Connection[Any]
 
@@ -55,8 +55,8 @@ def test_upgrade_rewrites_expiry_defaults_an_older_version_stored(db: Conn, dsn:
     db.execute(sql.SQL("ALTER TABLE pv ALTER COLUMN ttl_expires_at SET DEFAULT {}").format(sql.SQL(OLD_EXPIRY)))
     db.execute(sql.SQL("ALTER TABLE pv ALTER COLUMN ttl_cell_v SET DEFAULT {}").format(sql.SQL(OLD_TRACKING)))
     db.execute(sql.SQL("ALTER TABLE cq ALTER COLUMN ttl_expires_at SET DEFAULT {}").format(sql.SQL(OLD_MARKER)))
-    zone = _dst_starting_tomorrow(db)
-    # the old DEFAULTs: clocks going forward tomorrow take an hour off each
+    zone = _dst_starting_soon(db)
+    # the old DEFAULTs: clocks going forward within the day take an hour off each
     assert _lives(db, zone) == (82800, 82800, 82800)
 
     install.upgrade(dsn)
