@@ -59,6 +59,7 @@ from bench.orphans import LongestTransaction
 from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
+from bench.stats import ratio_text
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.expire.engine import Engine
@@ -141,8 +142,7 @@ class PassedBefore(OpenEngine):
 
     def __init__(self, dsn: str) -> None:
         self.engine = Engine(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute("SELECT now() - interval '1000 days'").fetchone()
+        row = self.engine.conn.execute("SELECT now() - interval '1000 days'").fetchone()
         assert row is not None
         [res] = self.engine.expire(["events"], cutoff=row[0])
         assert res.status == "ok" and res.rows_deleted == 0, res
@@ -366,12 +366,12 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
         c, v, p = r["contenders"], r["pg_ttl_vs_delete"], r["call_run_vs_pg_ttl"]
         o = r.get("open_sessions_pg_ttl_vs_delete")  # (not in results written before 2026-11-29)
         opened = (f"{c['pg_ttl, open session']['seconds']:.3f} | {c['one DELETE, open session']['seconds']:.3f} | "
-                  f"{o['median']:.2f}x ({o['min']:.2f}-{o['max']:.2f})" if o else "- | - | -")
+                  f"{ratio_text(o)}" if o else "- | - | -")
         print(f"| {r['rows']:,} | {r['share']:.0%} | {'yes' if r['indexed'] else 'no'} | "
               f"{c['pg_ttl']['seconds']:.3f} | {c['CALL ttl.run()']['seconds']:.3f} | "
-              f"{c['one DELETE']['seconds']:.3f} | {v['median']:.2f}x ({v['min']:.2f}-{v['max']:.2f}) | "
+              f"{c['one DELETE']['seconds']:.3f} | {ratio_text(v)} | "
               f"{opened} | "
-              f"{p['median']:.2f}x ({p['min']:.2f}-{p['max']:.2f}) | "
+              f"{ratio_text(p)} | "
               f"{','.join(r['pg_ttl_strategy'] or [])} | {r['pg_ttl_longest_transaction_s'] * 1000:.0f} ms |")
     before = [r for r in results if "passed_before_pg_ttl_vs_delete" in r]  # (since 2026-11-29)
     if before:
@@ -382,7 +382,7 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
             c, b = r["contenders"], r["passed_before_pg_ttl_vs_delete"]
             print(f"| {r['rows']:,} | {r['share']:.0%} | {'yes' if r['indexed'] else 'no'} | "
                   f"{c['pg_ttl, passed before']['seconds']:.3f} | {c['one DELETE, run before']['seconds']:.3f} | "
-                  f"{b['median']:.2f}x ({b['min']:.2f}-{b['max']:.2f}) |")
+                  f"{ratio_text(b)} |")
     for r in results:
         for name, c in r["contenders"].items():
             if name in HAND:

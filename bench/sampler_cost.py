@@ -31,7 +31,7 @@ import psycopg
 
 from bench.runner import ROOT_FOR_SUBPROCESS, rotated
 from bench.server import loadavg_text, server_settings
-from bench.stats import percentile
+from bench.stats import percentile, ratio_text
 from pg_ttl.expire.pace import SAMPLE, SAMPLE_SECONDS
 from pg_ttl.localserver import LocalServer
 
@@ -146,7 +146,7 @@ def main() -> None:
     print("| sampler query every | p99 vs baseline (paired: median, min-max) |")
     print("|---|---|")
     for every, r in result["p99_vs_baseline"].items():
-        print(f"| {every} s | {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) |")
+        print(f"| {every} s | {ratio_text(r)} |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
 

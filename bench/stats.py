@@ -23,6 +23,11 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def ratio_text(r: dict[str, Any]) -> str:
+    """A paired ratio's median and range, as the reports print it: 0.93x (0.90-0.97)."""
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
+
+
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:
     """Nearest-rank percentile of already sorted values (p in 0..100)."""
     if not sorted_values:
