@@ -310,7 +310,7 @@ AS $fn$
 $fn$;
 
 -- The ctid windows of one key (`key`, text) with a step of rows or more, for CALL
--- ttl.run() (pg-ttl run writes the same statement, rows.py and ranges.py):
+-- ttl.run() and pg-ttl run alike (ranges.tie_batches reads them with the key's rows):
 --   delete_key_window:      $1, $2 the window's ctids (text; rows after $1, up to $2
 --                           included): a TID range scan, no index range on a key of that
 --                           many rows.

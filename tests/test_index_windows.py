@@ -230,6 +230,29 @@ def test_a_key_with_more_rows_than_a_window_goes_in_ctid_windows_and_the_windows
     assert db.execute("SELECT count(*), min(v) FROM w").fetchone()[0] == 100
 
 
+def test_a_keys_ctid_windows_pass_a_row_the_application_holds(db: psycopg.Connection[Any], dsn: str,
+                                                              connect: Any) -> None:
+    """The key's ctid windows (the database's statements, ttl.key_window_sql) meet a row an
+    application holds: its window is redone in the SKIP LOCKED form, never waiting past
+    row_lock_timeout; that row stays for the next run, every other expired row goes."""
+    _tied(db)
+    db.execute("SELECT ttl.enable('w', expire_after => '1 day', column_name => 'v', select_batch_size => 200,"
+               " delete_batch_size => 40, delete_rate_limit => 1000000)")
+    db.execute("UPDATE ttl.settings SET value = 'index' WHERE name = 'row_strategy'")
+    db.commit()
+    app = connect(autocommit=False)
+    app.execute("SELECT 1 FROM w WHERE id = 300 FOR UPDATE")  # inside the key of 500 rows
+    started = time.monotonic()
+    [res] = expire(dsn)
+    assert time.monotonic() - started < 5
+    app.rollback()
+    assert (res.status, res.rows_deleted) == ("ok", 599), res
+    assert db.execute("SELECT array_agg(id) FROM w WHERE v < '2999-01-01'").fetchone() == ([300],)
+    [res] = expire(dsn)  # the next run: the row is free now
+    assert res.rows_deleted == 1
+    assert db.execute("SELECT count(*) FROM w WHERE v < '2999-01-01'").fetchone() == (0,)
+
+
 # -- CALL ttl.run(): the same choice (ttl.row_strategy) and key windows (ttl.window_sql) --
 
 def _sliced(db: psycopg.Connection[Any], name: str, share: float) -> None:

@@ -49,13 +49,17 @@ class Chunk:
     where to resume after it; ``selected`` < 0: as many as deleted; ``blocks``: the
     block range [from, to) of a ctid range (row expiry deletes it by the statement of
     ttl.delete_rows_sql); ``expired``: the expiry its DELETE re-checks when not the run's
-    (a key window's: ranges.window)."""
+    (a key window's: ranges.window). A range the database writes the DELETE of has no
+    ``where``: ``statements`` are that DELETE and its SKIP LOCKED form, ``params`` their
+    $1, $2 (a key's ctid window: ttl.key_window_sql)."""
 
-    where: sql.Composable
+    where: sql.Composable | None
     selected: int
     checkpoint: dict[str, Any]
     blocks: tuple[int, int] | None = None
     expired: sql.Composable | None = None
+    statements: tuple[str, str] | None = None
+    params: tuple[str, str] | None = None
 
 
 
@@ -103,16 +107,6 @@ def _op(op: str) -> sql.Composable:
 
 def _tid(value: str) -> sql.Composable:
     return sql.SQL("CAST({} AS pg_catalog.tid)").format(sql.Literal(value))
-
-
-def _key_window(ctx: UnitContext, key: str, lo: str, hi: str) -> sql.Composable:
-    """The rows of one key in the ctid range (lo, hi]: a TID range scan. The key's test is
-    wrapped in IS TRUE, which no index serves: with the bare comparison the planner may
-    scan the key's index entries (every row of the key) for a window instead of its range
-    (the same where a NULL is: a NULL never expires). As ttl.key_window_sql writes it."""
-    return sql.SQL("({col} {eq} {k}) IS TRUE AND ctid {gt} {lo} AND ctid {le} {hi}").format(
-        col=ctx.pred.column, eq=_op("="), k=ctx.pred.cast(sql.Literal(key)), gt=_op(">"), lo=_tid(lo), le=_op("<="),
-        hi=_tid(hi))
 
 
 # The key ``step`` rows on from a window's start among the expired rows, in the btree's
@@ -270,8 +264,15 @@ def window(ctx: UnitContext, start: WindowStart, end: str | None) -> Chunk:
 
 
 # A key's first and last row (ttl.key_rows_sql, $1 the key), the tuple slots of a block
-# (ttl.block_slots) and {first}, the slots of the key's first ctid window.
-KEY_ROWS = "SELECT r.*, ttl.block_slots(), {first} FROM ({key_rows}) r"
+# (ttl.block_slots), {first}, the slots of the key's first ctid window, and the DELETE of
+# a ctid window of the key and its SKIP LOCKED form (ttl.key_window_sql, as CALL
+# ttl.run() deletes them).
+KEY_ROWS = """
+SELECT r.*, ttl.block_slots(), {first}, k.delete_key_window, k.delete_key_window_skip
+  FROM ({key_rows}) r,
+       ttl.key_window_sql(CAST(CAST({policy} AS pg_catalog.oid) AS pg_catalog.regclass),
+                          CAST(CAST({unit} AS pg_catalog.oid) AS pg_catalog.regclass), {cutoff}, $1::text) k
+"""
 
 
 def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterator[list[Chunk]]:
@@ -286,12 +287,14 @@ def tie_batches(ctx: UnitContext, key: str, after: str | None = None) -> Iterato
     set_lock_timeout(ctx, ctx.settings.lock_timeout)
     row = execute(ctx, sql.SQL(KEY_ROWS).format(key_rows=sql.SQL(ctx.key_rows), first=sql.SQL(SLOTS).format(
         rows=sql.Literal(ctx.policy.delete_batch_size), paced=sql.Literal(ctx.paced()), density=sql.SQL("NULL"),
-        per_block=sql.Literal(per_block))), raw_params=(key,)).fetchone()
+        per_block=sql.Literal(per_block)), policy=sql.Literal(ctx.policy.relid), unit=sql.Literal(ctx.unit.relid),
+        cutoff=sql.Literal(ctx.pred.cutoff)), raw_params=(key,)).fetchone()
     assert row is not None
     if row[1] is None:  # its rows went meanwhile
         return
     start = after if after is not None else f"({_block_of(str(row[0]))},0)"  # the block of its first row on
-    yield from _tie_batches(ctx, key, start, str(row[1]), int(row[2]), int(row[3]), per_block)
+    yield from _tie_batches(ctx, key, start, str(row[1]), int(row[2]), int(row[3]), per_block,
+                            (str(row[4]), str(row[5])))
 
 
 # The tuple slots a key's ctid window spans (ttl.key_window_slots), from its rows
@@ -300,7 +303,7 @@ SLOTS = "ttl.key_window_slots({rows}, {paced}, {density}, {per_block})"
 
 
 def _tie_batches(ctx: UnitContext, key: str, start: str, last: str, slots: int, span: int,
-                 per_block: float) -> Iterator[list[Chunk]]:
+                 per_block: float, statements: tuple[str, str]) -> Iterator[list[Chunk]]:
     """The rows of one key from ctid ``start`` (exclusive) to its last row ``last``, in ctid
     windows (lo, hi] deleted one a transaction (a block holds ``slots`` tuple slots, the
     first window spans ``span``), sized as key windows are (ttl.window_rows: from
@@ -309,19 +312,18 @@ def _tie_batches(ctx: UnitContext, key: str, start: str, last: str, slots: int, 
     the key would read every row of the key to find these). A window is a range of tuple
     slots (ttl.key_window_slots: its rows at the key's density in the last window; while
     the pass is slowed, as many slots as it may hold rows), the rule CALL ttl.run() follows
-    too.
+    too. Each window is deleted by ``statements``, the database's (ttl.key_window_sql).
 
     Rows of the key past its last row when the key was met (written since), or outside the
     windows (only if the index is not in ctid order within a key, i.e. built before
     PostgreSQL 12), are left to the next run, whose first select batch starts at them.
     """
-    expired, _ = window_forms(ctx.conn, ctx.policy.relid, ctx.pred)
     lo, end = _slot(start, slots), _slot(last, slots)
     while lo < end and not ctx.stopping():
         hi = min(end, lo + span)
         before, started = ctx.deleted, time.monotonic()
-        yield [Chunk(_key_window(ctx, key, _tid_text(lo, slots), _tid_text(hi, slots)), -1,
-                     {"strategy": "index", "key": key, "ctid": _tid_text(hi, slots)}, expired=expired)]
+        yield [Chunk(None, -1, {"strategy": "index", "key": key, "ctid": _tid_text(hi, slots)},
+                     statements=statements, params=(_tid_text(lo, slots), _tid_text(hi, slots)))]
         deleted = ctx.deleted - before
         size = WindowSize(deleted, deleted, time.monotonic() - started, ctx.paced())
         row = ctx.conn.execute(sql.SQL("SELECT " + SLOTS).format(

@@ -317,11 +317,24 @@ def _counted(ctx: UnitContext, chunk: Chunk, deleted: int) -> None:
 
 
 def _delete_plain(ctx: UnitContext, chunk: Chunk) -> int:
-    if chunk.blocks is not None and ctx.pred.row_expiry:
-        return _delete_blocks(ctx, chunk.blocks, reraise_lock=True)
+    by_database = _database_statement(ctx, chunk, False)
+    if by_database is not None:
+        return execute(ctx, by_database[0], reraise_lock=True, raw_params=by_database[1]).rowcount
+    assert chunk.where is not None
     stmt = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired}").format(
         t=ctx.unit.ident, where=chunk.where, expired=_expired(ctx, chunk))
     return execute(ctx, stmt, reraise_lock=True).rowcount
+
+
+def _database_statement(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> tuple[str, tuple[str, str]] | None:
+    """The database's DELETE of the chunk's range (or its SKIP LOCKED form) and the values of
+    its $1, $2: a block range's (ttl.delete_rows_sql) or a key's ctid window's
+    (ttl.key_window_sql); None for a range bounded by ``chunk.where``."""
+    if chunk.blocks is not None and ctx.pred.row_expiry:
+        return _block_delete_sql(ctx, skip_locked), (f"({chunk.blocks[0]},0)", f"({chunk.blocks[1]},0)")
+    if chunk.statements is not None and chunk.params is not None:
+        return chunk.statements[skip_locked], chunk.params
+    return None
 
 
 def _expired(ctx: UnitContext, chunk: Chunk) -> sql.Composable:
@@ -376,23 +389,16 @@ def range_delete(ctx: UnitContext) -> sweeps.RangeDelete:
     return sweeps.RangeDelete("delete", _block_delete_sql(ctx, False), _block_delete_sql(ctx, True), None, False)
 
 
-def _delete_blocks(ctx: UnitContext, blocks: tuple[int, int], reraise_lock: bool = False,
-                   skip_locked: bool = False) -> int:
-    """A block range, by the database's own statement (sql/52_delete_rows.sql), read
-    once per unit; its $1/$2 are the range's bounds (a raw cursor: no '%' in the
-    expiration expression is read as a placeholder)."""
-    return execute(ctx, _block_delete_sql(ctx, skip_locked), reraise_lock,
-                   raw_params=(f"({blocks[0]},0)", f"({blocks[1]},0)")).rowcount
-
-
-def _blocks_accounted(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> int:
-    """A block range and the unit's counters in one transaction; the SKIP LOCKED form
-    under lock_timeout."""
-    assert chunk.blocks is not None
+def _database_accounted(ctx: UnitContext, chunk: Chunk, skip_locked: bool) -> int:
+    """A range by the database's own statement (``_database_statement``; its $1/$2 through a
+    raw cursor: no '%' in the expiration expression is read as a placeholder) and the
+    unit's counters in one transaction; the SKIP LOCKED form under lock_timeout."""
+    by_database = _database_statement(ctx, chunk, skip_locked)
+    assert by_database is not None
     with ctx.conn.transaction():
         if skip_locked:
             ctx.conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (ctx.settings.lock_timeout,))
-        n = _delete_blocks(ctx, chunk.blocks, reraise_lock=not skip_locked, skip_locked=skip_locked)
+        n = execute(ctx, by_database[0], reraise_lock=not skip_locked, raw_params=by_database[1]).rowcount
         _account_group(ctx, [(chunk, n)])
     return n
 
@@ -403,22 +409,23 @@ def _delete_chunk(ctx: UnitContext, chunk: Chunk, met: psycopg.Error | None = No
     it straight to the SKIP LOCKED form; a row moved to another partition (40001) is
     simply retried."""
     skip_locked = isinstance(met, errors.LockNotAvailable)
-    t, expired = ctx.unit.ident, _expired(ctx, chunk)
-    fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
-        t=t, where=chunk.where, expired=expired)
-    # An application holds a row (or the table) locked: this form does not wait on row
-    # locks; locked rows are left for the next run.
-    skip = sql.SQL(
-        "DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {expired}"
-        " FOR UPDATE SKIP LOCKED)) AND {expired} RETURNING 1"
-    ).format(t=t, where=chunk.where, expired=expired)
-    blocks = chunk.blocks is not None and ctx.pred.row_expiry
-    deleted = delete_or_skip_locked(
-        ctx,
-        lambda: _blocks_accounted(ctx, chunk, False) if blocks else _account(ctx, fast, chunk),
-        lambda: (_blocks_accounted(ctx, chunk, True) if blocks
-                 else _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout)),
-        skipping=skip_locked)
+    if _database_statement(ctx, chunk, False) is not None:
+        deleted = delete_or_skip_locked(ctx, lambda: _database_accounted(ctx, chunk, False),
+                                        lambda: _database_accounted(ctx, chunk, True), skipping=skip_locked)
+    else:
+        assert chunk.where is not None
+        t, expired = ctx.unit.ident, _expired(ctx, chunk)
+        fast = sql.SQL("DELETE FROM ONLY {t} WHERE {where} AND {expired} RETURNING 1").format(
+            t=t, where=chunk.where, expired=expired)
+        # An application holds a row (or the table) locked: this form does not wait on row
+        # locks; locked rows are left for the next run.
+        skip = sql.SQL(
+            "DELETE FROM ONLY {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ONLY {t} WHERE {where} AND {expired}"
+            " FOR UPDATE SKIP LOCKED)) AND {expired} RETURNING 1"
+        ).format(t=t, where=chunk.where, expired=expired)
+        deleted = delete_or_skip_locked(
+            ctx, lambda: _account(ctx, fast, chunk),
+            lambda: _account(ctx, skip, chunk, lock_timeout=ctx.settings.lock_timeout), skipping=skip_locked)
     if deleted is not None:
         ctx.deleted += deleted
         _counted(ctx, chunk, deleted)
