@@ -38,6 +38,21 @@ def test_worker_runs_every_table_through_one_engine_session(dsn: str, connect: A
     assert sessions == (len(names), 1)  # six runs, one engine session
 
 
+def test_a_run_records_the_session_that_runs_it(dsn: str, connect: Any) -> None:
+    """ttl.run's backend_pid and backend_start are the engine session's own, as
+    pg_stat_activity shows that session to another: what tells a run still going from one
+    whose session died (ttl._session_start)."""
+    conn = connect()
+    ttl_table(conn, "mine")
+    with Engine(dsn) as engine:
+        engine.expire(["mine"])
+        [run] = conn.execute("SELECT backend_pid, backend_start FROM ttl.run").fetchall()
+        assert run[0] == engine.conn.info.backend_pid
+        assert conn.execute("SELECT backend_start FROM pg_catalog.pg_stat_activity WHERE pid = %s",
+                            (run[0],)).fetchone() == (run[1],)
+        assert run[1] is not None
+
+
 def test_a_run_that_left_nothing_records_no_lag_without_a_query(
         dsn: str, connect: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every unit deleted every expired row it met, none held, none done by another run: the
