@@ -59,7 +59,7 @@ from bench.orphans import LongestTransaction
 from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
-from bench.stats import ratio_text
+from bench.stats import paired, ratio_text
 from pg_ttl import install
 from pg_ttl.expire import expire
 from pg_ttl.expire.engine import Engine
@@ -288,21 +288,14 @@ def measure(server: LocalServer, rows: int, share: float, indexed: bool, reps: i
                                   "seconds_min": min(r["seconds"] for r in done),
                                   "seconds_max": max(r["seconds"] for r in done), "runs": done}
                            for name, done in runs.items()},
-            "pg_ttl_vs_delete": _paired(ours, raw),
-            "open_sessions_pg_ttl_vs_delete": _paired(runs["pg_ttl, open session"], runs["one DELETE, open session"]),
-            "passed_before_pg_ttl_vs_delete": _paired(runs["pg_ttl, passed before"], runs["one DELETE, run before"]),
-            "call_run_vs_pg_ttl": _paired(proc, ours),
-            **({"open_sessions_hand_windows_vs_delete": _paired(runs["key windows by hand, open session"],
+            "pg_ttl_vs_delete": paired(ours, raw),
+            "open_sessions_pg_ttl_vs_delete": paired(runs["pg_ttl, open session"], runs["one DELETE, open session"]),
+            "passed_before_pg_ttl_vs_delete": paired(runs["pg_ttl, passed before"], runs["one DELETE, run before"]),
+            "call_run_vs_pg_ttl": paired(proc, ours),
+            **({"open_sessions_hand_windows_vs_delete": paired(runs["key windows by hand, open session"],
                                                                 runs["one DELETE, open session"])} if hand else {}),
             "pg_ttl_strategy": ours[0].get("strategy"),
             "pg_ttl_longest_transaction_s": max(r["longest_transaction_s"] for r in ours)}
-
-
-def _paired(ours: list[dict[str, Any]], raw: list[dict[str, Any]]) -> dict[str, float]:
-    """Rows/s of ``ours`` over ``raw``'s (``raw``'s seconds over ours), paired per repetition:
-    median, min, max."""
-    ratios = [b["seconds"] / a["seconds"] for a, b in zip(ours, raw, strict=True)]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def main() -> None:

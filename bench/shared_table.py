@@ -36,6 +36,7 @@ from bench import plots
 from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
+from bench.stats import paired
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
 from pg_ttl.localserver import LocalServer
@@ -133,14 +134,12 @@ def measure(server: LocalServer, rows: int, reps: int) -> dict[str, Any]:
     with psycopg.connect(server.dsn(), autocommit=True) as admin:  # (room for the next size)
         admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(dbname)))
     one, two = runs["pg_ttl, one worker"], runs["pg_ttl, two workers"]
-    speedups = [a["seconds"] / b["seconds"] for a, b in zip(one, two, strict=True)]
     return {"rows": rows, "expired": rows // 2, "table_size": size[0] if size else None,
             "contenders": {name: {"seconds": statistics.median(r["seconds"] for r in done),
                                   "seconds_min": min(r["seconds"] for r in done),
                                   "seconds_max": max(r["seconds"] for r in done), "runs": done}
                            for name, done in runs.items()},
-            "two_over_one": {"median": statistics.median(speedups), "min": min(speedups), "max": max(speedups),
-                             "paired": speedups}}
+            "two_over_one": paired(two, one)}
 
 
 def main() -> None:

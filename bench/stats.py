@@ -23,6 +23,13 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def paired(ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``ours``' speed over ``theirs``' (their seconds over ours), paired per repetition:
+    median, min, max and the ratios in order."""
+    ratios = [b["seconds"] / a["seconds"] for a, b in zip(ours, theirs, strict=True)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "paired": ratios}
+
+
 def ratio_text(r: dict[str, Any]) -> str:
     """A paired ratio's median and range, as the reports print it: 0.93x (0.90-0.97)."""
     return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
