@@ -70,6 +70,9 @@ DECLARE
     strategy text;
     chosen text;
     end_sql text;
+    opening_end_sql text;
+    opening_del_sql text;
+    opening_skip_sql text;
     k text;
     e text;
     win bigint;
@@ -197,6 +200,12 @@ BEGIN
                     SELECT x.window_end, x.delete_window, x.delete_window_skip, x.key_rows, x.next_key
                       INTO end_sql, del_sql, skip_sql, key_rows_sql, next_sql
                       FROM ttl.window_sql(p.relid, leaf.oid, cutoff) x;
+                    -- the unit's first window (no checkpoint to resume): its cutoff shown
+                    -- (none when resuming: no row of the query)
+                    SELECT x.window_end, x.delete_window, x.delete_window_skip
+                      INTO opening_end_sql, opening_del_sql, opening_skip_sql
+                      FROM ttl.window_sql(p.relid, leaf.oid, cutoff, opening => true) x
+                     WHERE coalesce(cp->>'from', cp->>'key', cp->>'after') IS NULL;
                 ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
@@ -260,7 +269,8 @@ BEGIN
                     hi := format('(%s,%s)', hi_pos / slots, hi_pos % slots);
                 ELSIF strategy = 'index' THEN
                     BEGIN
-                        EXECUTE end_sql USING k, win INTO e;  -- keys only, under lock_timeout
+                        -- keys only, under lock_timeout
+                        EXECUTE CASE WHEN k IS NULL THEN opening_end_sql ELSE end_sql END USING k, win INTO e;
                         IF e = k THEN
                             -- a step of rows or more share this key: its first and last row,
                             -- and the statements of its ctid windows
@@ -301,8 +311,8 @@ BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', coalesce(row_lock_t, '50ms'), true);
                     IF tie_key IS NOT NULL THEN
                         EXECUTE key_sql USING lo, hi;
-                    ELSE
-                        EXECUTE del_sql USING lo, hi;
+                    ELSE  -- (lo is NULL for a unit's first key window only)
+                        EXECUTE CASE WHEN lo IS NULL THEN opening_del_sql ELSE del_sql END USING lo, hi;
                     END IF;
                     GET DIAGNOSTICS n = ROW_COUNT;
                 EXCEPTION WHEN lock_not_available OR serialization_failure THEN
@@ -313,7 +323,7 @@ BEGIN
                         IF tie_key IS NOT NULL THEN
                             EXECUTE key_skip_sql USING lo, hi;
                         ELSE
-                            EXECUTE skip_sql USING lo, hi;
+                            EXECUTE CASE WHEN lo IS NULL THEN opening_skip_sql ELSE skip_sql END USING lo, hi;
                         END IF;
                         GET DIAGNOSTICS n = ROW_COUNT;
                     EXCEPTION WHEN serialization_failure THEN

@@ -182,6 +182,8 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
     _table(db, "w", correlated=False)
     end_sql, delete_sql = db.execute(
         "SELECT x.window_end, x.delete_window FROM ttl.window_sql('w'::regclass, 'w'::regclass, now()) x").fetchone()
+    [opening_sql] = db.execute("SELECT x.delete_window FROM ttl.window_sql('w'::regclass, 'w'::regclass, now(),"
+                               " opening => true) x").fetchone()
     db.commit()
 
     def planned(statement: str, first: str | None, then: str | int) -> tuple[int, list[str]]:
@@ -208,7 +210,7 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
     first = datetime(2020, 1, 1, tzinfo=UTC) + timedelta(minutes=WINDOW + 1)
     end = first + timedelta(minutes=WINDOW)
     within = [planned(end_sql, first.isoformat(), WINDOW), planned(delete_sql, first.isoformat(), end.isoformat())]
-    opening = planned(delete_sql, None, end.isoformat())
+    opening = planned(opening_sql, None, end.isoformat())
     # the same entries, planned past with a constant shown (the measure can fail)
     walk, _ = _planned(db, "SELECT 1 FROM w WHERE v < timestamptz '2020-01-02'")
     db.rollback()
@@ -219,6 +221,59 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
     with psycopg.connect(dsn_of(db), autocommit=True) as conn:
         conn.execute("CALL ttl.run()")
     assert _left(db, "w") == (0, ROWS - EXPIRED)
+
+
+def _estimate(db: psycopg.Connection[Any], statement: str) -> tuple[float, list[str]]:
+    """The rows the planner expects ``statement`` (a window's DELETE, $1 and $2 NULL: no
+    first key, no end) to delete, and its nodes, planned as EXECUTE ... USING plans it."""
+    db.execute("""CREATE OR REPLACE FUNCTION pg_temp.explain_open(statement text) RETURNS json
+                  LANGUAGE plpgsql AS $$
+                  DECLARE plan json;
+                  BEGIN
+                      EXECUTE 'EXPLAIN (FORMAT JSON) ' || statement INTO plan USING NULL::text, NULL::text;
+                      RETURN plan;
+                  END $$""")
+    [[plan]] = db.execute("SELECT pg_temp.explain_open(%s)", (statement,)).fetchone()
+    [scan] = [n for n in _plans(plan["Plan"]) if "Scan" in n["Node Type"]]
+    return float(scan["Plan Rows"]), _nodes(plan["Plan"])
+
+
+def test_call_run_first_window_shows_its_cutoff_as_pg_ttl_runs_does(db: psycopg.Connection[Any]) -> None:
+    """A unit's first window (no checkpoint) is deleted by the run's own expiry, its cutoff
+    shown to the planner, in CALL ttl.run() (ttl.window_sql's opening forms) as in pg-ttl
+    run (ranges.window, the first window's expiry is the run's): with nothing expired, its
+    DELETE is estimated at the rows below the cutoff, none, where the hidden cutoff is
+    estimated to pass a third of the table (and at 10M rows the DELETE was JIT-compiled)."""
+    _table(db, "w")
+    cutoff = datetime(2019, 1, 1, tzinfo=UTC)  # before every row
+    opening, later = db.execute(
+        "SELECT o.delete_window, l.delete_window FROM ttl.window_sql('w', 'w', %(c)s, opening => true) o,"
+        " ttl.window_sql('w', 'w', %(c)s) l", {"c": cutoff}).fetchone()
+    opening_rows, opening_nodes = _estimate(db, opening)
+    later_rows, _ = _estimate(db, later)
+    assert opening_rows <= ROWS / 1000, opening_rows
+    assert later_rows >= ROWS / 10, later_rows  # (hidden: what the first window was planned by before)
+    assert "Index Scan" in opening_nodes
+    # the same expiry as pg-ttl run's first window: the run's predicate, constants shown
+    [policy] = load_policies(db)
+    pred = build_predicate(db, policy, cutoff)
+    assert pred.expired.as_string(db) in opening and "(SELECT " not in pred.expired.as_string(db)
+    db.rollback()
+    # and CALL ttl.run() deletes by it: the plans of its statements, as auto_explain shows them
+    plans: list[dict[str, Any]] = []
+    with psycopg.connect(dsn_of(db), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: plans.append(json.loads(d.message_primary.split("plan:", 1)[1]))
+                                if d.message_primary and "plan:" in d.message_primary else None)
+        for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                        "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice",
+                        "SET auto_explain.log_format = json"):
+            conn.execute(setting)
+        conn.execute("CALL ttl.run('w', %s)", (cutoff,))
+    assert db.execute("SELECT strategy, status, rows_deleted FROM ttl.run_unit").fetchall() == [("index", "ok", 0)]
+    deletes = [p for p in plans if p["Query Text"].startswith("DELETE FROM ONLY")]
+    assert len(deletes) == 1, [p["Query Text"] for p in plans]
+    [scan] = [n for n in _plans(deletes[0]["Plan"]) if "Scan" in n["Node Type"]]
+    assert scan["Plan Rows"] <= ROWS / 1000, scan
 
 
 def test_call_run_key_ctid_windows_scan_the_range_with_the_key_a_constant(db: psycopg.Connection[Any]) -> None:
