@@ -17,6 +17,10 @@ depends_on = None
 # given the backend's pid, reads that backend's row alone. ttl._session_start(), median of
 # 120 calls: 1.50 -> 0.43 ms as a new session's first call, 0.62 -> 0.19 ms after. Same
 # value, same visibility rules (the view is built on that function).
+# The code layer's replay after this upgrade also brings ttl.window_sql's opening forms,
+# which CALL ttl.run() of this version uses for a unit's first key window
+# (sql/52_delete_rows.sql, sql/55_run_procedure.sql); the revision is what tells a
+# database still without them to run pg-ttl upgrade.
 UPGRADE = """
 CREATE OR REPLACE FUNCTION ttl._session_start() RETURNS timestamptz
 LANGUAGE sql STABLE
