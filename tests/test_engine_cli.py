@@ -196,6 +196,23 @@ def test_failed_table_exits_nonzero(db: psycopg.Connection[Any], dsn: str, cli: 
     assert "failed" in res.stdout and "foreign key" in res.stdout
 
 
+def test_a_statement_timeout_too_short_for_the_run_says_where_it_is_set(db: psycopg.Connection[Any], dsn: str,
+                                                                       cli: Any, connect: Any) -> None:
+    """ttl.settings' statement_timeout bounds every statement of pg-ttl run, its own bookkeeping
+    too: one of those held past it (here by a lock on the run history, shorter than
+    lock_timeout) stops the run, which says which setting it was."""
+    _events(db, 10)
+    db.execute("UPDATE ttl.settings SET value = '100ms' WHERE name = 'statement_timeout'")
+    db.commit()
+    holder = connect(autocommit=False)
+    holder.execute("LOCK TABLE ttl.run IN ACCESS EXCLUSIVE MODE")
+    res = cli("run", "--once", "ev", "--dsn", dsn)
+    holder.rollback()
+    assert res.returncode == 1
+    assert "canceling statement due to statement timeout" in res.stderr, res.stderr
+    assert "ttl.settings" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 @pytest.mark.slow
 def test_standby_is_refused(tmp_path: Path) -> None:
     """A real standby: pg_basebackup -R of a small primary of our own."""
