@@ -197,6 +197,7 @@ BEGIN
                                             THEN s.reltuples / s.relpages ELSE 100 END AS per_block) d;
                 strategy := coalesce(strategy, chosen);
                 IF strategy = 'index' THEN
+                    k := coalesce(cp->>'from', cp->>'key', cp->>'after');  -- where its windows resume
                     SELECT x.window_end, x.delete_window, x.delete_window_skip, x.key_rows, x.next_key
                       INTO end_sql, del_sql, skip_sql, key_rows_sql, next_sql
                       FROM ttl.window_sql(p.relid, leaf.oid, cutoff) x;
@@ -205,7 +206,7 @@ BEGIN
                     SELECT x.window_end, x.delete_window, x.delete_window_skip
                       INTO opening_end_sql, opening_del_sql, opening_skip_sql
                       FROM ttl.window_sql(p.relid, leaf.oid, cutoff, opening => true) x
-                     WHERE coalesce(cp->>'from', cp->>'key', cp->>'after') IS NULL;
+                     WHERE k IS NULL;
                 ELSE
                     del_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff);
                     skip_sql := ttl.delete_rows_sql(p.relid, leaf.oid, cutoff, skip_locked => true);
@@ -245,7 +246,6 @@ BEGIN
             -- transactions.
             tie_key := NULL;
             IF strategy = 'index' THEN
-                k := coalesce(cp->>'from', cp->>'key', cp->>'after');
                 win := p.delete_batch_size;
             END IF;
             group_start := pg_catalog.clock_timestamp();
