@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(err, psycopg.errors.QueryCanceled) and "statement timeout" in (err.diag.message_primary or ""):
             # (pg-ttl run sets the session's from ttl.settings: its own bookkeeping runs under it too)
             common.console_err.print(f"pg-ttl: {_one_line(err)}: a statement ran past statement_timeout; pg-ttl run"
-                                     " and the worker take it from ttl.settings (30s by default: UPDATE ttl.settings"
-                                     " SET value = '30s' WHERE name = 'statement_timeout'), other commands from"
+                                     " and the worker take it from ttl.settings (raise it there: UPDATE ttl.settings"
+                                     " SET value = ... WHERE name = 'statement_timeout'), other commands from"
                                      " the server's settings or PGOPTIONS", markup=False, highlight=False)
             return 1
         if isinstance(err, psycopg.errors.InsufficientPrivilege):
