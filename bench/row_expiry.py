@@ -381,8 +381,7 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
             if name in HAND:
                 h = r["open_sessions_hand_windows_vs_delete"]
                 print(f"{r['rows']:,} rows, {r['share']:.0%} expired, {'index' if r['indexed'] else 'no index'}: "
-                      f"{name}: {c['seconds']:.3f} s, {h['median']:.2f}x the DELETE's rows/s "
-                      f"({h['min']:.2f}-{h['max']:.2f})")
+                      f"{name}: {c['seconds']:.3f} s, the DELETE's rows/s times {ratio_text(h)}")
             if name in FORCED:
                 print(f"{r['rows']:,} rows, {r['share']:.0%} expired, index: {name}: {c['seconds']:.3f} s")
     if fixed:

@@ -36,7 +36,7 @@ from bench import plots
 from bench.plots import Panel
 from bench.runner import rotated
 from bench.server import copy_database, loadavg_text, prewarm
-from bench.stats import paired
+from bench.stats import paired, ratio_text
 from pg_ttl import install
 from pg_ttl.expire import TableResult, expire
 from pg_ttl.localserver import LocalServer
@@ -182,7 +182,7 @@ def _report(saved: dict[str, Any], plot: Path | None) -> None:
                   f"{result['expired'] / r['seconds']:,.0f} |")
             cost.add(name, result["rows"], r["seconds"] / result["expired"] * 1e6)
         s = result["two_over_one"]
-        print(f"\ntwo workers over one: {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}, paired per repetition)")
+        print(f"\ntwo workers over one (paired per repetition): {ratio_text(s)}")
         speedup.add("pg_ttl, two workers over one", result["rows"], s["median"])
     if plot is not None:
         plots.save(plot, "Two workers sharing one table: half its rows expired, no index", [cost, speedup])
