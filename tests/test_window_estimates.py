@@ -225,15 +225,9 @@ def test_call_run_window_statements_plan_without_walking_the_last_windows_entrie
 
 def _estimate(db: psycopg.Connection[Any], statement: str) -> tuple[float, list[str]]:
     """The rows the planner expects ``statement`` (a window's DELETE, $1 and $2 NULL: no
-    first key, no end) to delete, and its nodes, planned as EXECUTE ... USING plans it."""
-    db.execute("""CREATE OR REPLACE FUNCTION pg_temp.explain_open(statement text) RETURNS json
-                  LANGUAGE plpgsql AS $$
-                  DECLARE plan json;
-                  BEGIN
-                      EXECUTE 'EXPLAIN (FORMAT JSON) ' || statement INTO plan USING NULL::text, NULL::text;
-                      RETURN plan;
-                  END $$""")
-    [[plan]] = db.execute("SELECT pg_temp.explain_open(%s)", (statement,)).fetchone()
+    first key, no end) to delete, and its nodes, planned as EXECUTE ... USING plans it
+    (pg_temp.explain: _explain_ranges)."""
+    [[plan]] = db.execute("SELECT pg_temp.explain(%s, NULL, NULL)", (statement,)).fetchone()
     [scan] = [n for n in _plans(plan["Plan"]) if "Scan" in n["Node Type"]]
     return float(scan["Plan Rows"]), _nodes(plan["Plan"])
 
@@ -249,6 +243,7 @@ def test_call_run_first_window_shows_its_cutoff_as_pg_ttl_runs_does(db: psycopg.
     opening, later = db.execute(
         "SELECT o.delete_window, l.delete_window FROM ttl.window_sql('w', 'w', %(c)s, opening => true) o,"
         " ttl.window_sql('w', 'w', %(c)s) l", {"c": cutoff}).fetchone()
+    _explain_ranges(db)
     opening_rows, opening_nodes = _estimate(db, opening)
     later_rows, _ = _estimate(db, later)
     assert opening_rows <= ROWS / 1000, opening_rows
